@@ -1,0 +1,3 @@
+module github.com/swh-dev/swh/agent
+
+go 1.26.0

@@ -1,0 +1,247 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Healthcheck is the set of active probes that decide which pods receive
+// traffic on which port.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.probes) || self.probes.all(p, p.timeoutSeconds <= self.periodSeconds)",message="spec.healthcheck.probes[].timeoutSeconds must not exceed spec.healthcheck.periodSeconds",fieldPath=.probes
+type Healthcheck struct {
+	// InitialDelaySeconds is how long after a pod starts its probes begin.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	InitialDelaySeconds int32 `json:"initialDelaySeconds"`
+
+	// PeriodSeconds is how often each probe runs.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	PeriodSeconds int32 `json:"periodSeconds"`
+
+	// Probes are grouped by the port they check: a probe whose targetPort
+	// equals the targetPort of one of spec.ports gates that port only; one
+	// matching no port gates every port of the pod; several probes on one
+	// port must all pass.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Probes []Probe `json:"probes,omitempty"`
+}
+
+// ProbeMode names the kind of a probe.
+// +kubebuilder:validation:Enum=TCP;HTTP;PostgreSQL
+type ProbeMode string
+
+// The probe modes.
+const (
+	ProbeModeTCP        ProbeMode = "TCP"
+	ProbeModeHTTP       ProbeMode = "HTTP"
+	ProbeModePostgreSQL ProbeMode = "PostgreSQL"
+)
+
+// Probe is one active check. Exactly the sub-object named by Mode is set.
+//
+// +kubebuilder:validation:XValidation:rule="self.mode == 'TCP' ? has(self.tcp) : !has(self.tcp)",message="tcp must be set exactly when mode is TCP",fieldPath=.tcp
+// +kubebuilder:validation:XValidation:rule="self.mode == 'HTTP' ? has(self.http) : !has(self.http)",message="http must be set exactly when mode is HTTP",fieldPath=.http
+// +kubebuilder:validation:XValidation:rule="self.mode == 'PostgreSQL' ? has(self.postgreSQL) : !has(self.postgreSQL)",message="postgreSQL must be set exactly when mode is PostgreSQL",fieldPath=.postgreSQL
+type Probe struct {
+	// Mode is the kind of probe: TCP, HTTP or PostgreSQL.
+	// +required
+	Mode ProbeMode `json:"mode"`
+
+	// TimeoutSeconds bounds one probe, connection included.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	TimeoutSeconds int32 `json:"timeoutSeconds"`
+
+	// SuccessThreshold is how many consecutive successes make a failing
+	// target pass again.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SuccessThreshold int32 `json:"successThreshold"`
+
+	// FailureThreshold is how many consecutive failures make a passing
+	// target fail.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	FailureThreshold int32 `json:"failureThreshold"`
+
+	// TCP connects to the port and closes the connection, sending nothing.
+	// +optional
+	TCP *TCPProbe `json:"tcp,omitempty"`
+
+	// HTTP sends a request and checks the response status.
+	// +optional
+	HTTP *HTTPProbe `json:"http,omitempty"`
+
+	// PostgreSQL logs in, runs a query and checks its first column.
+	// +optional
+	PostgreSQL *PostgreSQLProbe `json:"postgreSQL,omitempty"`
+}
+
+// TCPProbe checks that a port accepts connections.
+type TCPProbe struct {
+	// TargetPort is the pod port to connect to: a number or a container port name.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.size() <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a number from 1 to 65535 or an IANA service name (at most 15 lowercase letters, digits and single '-', with a letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+}
+
+// HTTPScheme is the scheme of an HTTP probe.
+// +kubebuilder:validation:Enum=HTTP;HTTPS
+type HTTPScheme string
+
+// The HTTP probe schemes.
+const (
+	HTTPSchemeHTTP  HTTPScheme = "HTTP"
+	HTTPSchemeHTTPS HTTPScheme = "HTTPS"
+)
+
+// HTTPProbe sends one request per probe, without keep-alive, and passes when
+// the response status is one of ExpectedStatusCodes. Redirects are not
+// followed.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.insecureSkipTLSVerify) && self.insecureSkipTLSVerify) || self.scheme == 'HTTPS'",message="insecureSkipTLSVerify may only be set when scheme is HTTPS",fieldPath=.insecureSkipTLSVerify
+// +kubebuilder:validation:XValidation:rule="!has(self.caCert) || self.scheme == 'HTTPS'",message="caCert may only be set when scheme is HTTPS",fieldPath=.caCert
+// +kubebuilder:validation:XValidation:rule="!has(self.caCert) || !(has(self.insecureSkipTLSVerify) && self.insecureSkipTLSVerify)",message="caCert and insecureSkipTLSVerify are mutually exclusive",fieldPath=.caCert
+// +kubebuilder:validation:XValidation:rule="!has(self.host) || !has(self.httpHeaders) || !self.httpHeaders.exists(h, h.name.lowerAscii() == 'host')",message="set the Host header either with host or in httpHeaders, not both",fieldPath=.httpHeaders
+type HTTPProbe struct {
+	// TargetPort is the pod port to connect to: a number or a container port name.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.size() <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a number from 1 to 65535 or an IANA service name (at most 15 lowercase letters, digits and single '-', with a letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// Path of the request, starting with "/"; it may carry a query.
+	// +optional
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.startsWith('//')",message="path must start with a single '/'"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[\\\\s#]')",message="path must not contain white space or a fragment ('#')"
+	Path string `json:"path,omitempty"`
+
+	// Host is sent as the Host header and, with HTTPS, as the TLS server
+	// name. It defaults to the pod's address.
+	// +optional
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$`
+	Host string `json:"host,omitempty"`
+
+	// HTTPHeaders are extra request headers.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	HTTPHeaders []HTTPHeader `json:"httpHeaders,omitempty"`
+
+	// Method is GET or HEAD.
+	// +optional
+	// +kubebuilder:default=GET
+	// +kubebuilder:validation:Enum=GET;HEAD
+	Method string `json:"method,omitempty"`
+
+	// Scheme is HTTP or HTTPS.
+	// +optional
+	// +kubebuilder:default=HTTP
+	Scheme HTTPScheme `json:"scheme,omitempty"`
+
+	// InsecureSkipTLSVerify accepts any server certificate (HTTPS only).
+	// +optional
+	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
+
+	// CACert is a PEM bundle of the certificate authorities that verify the
+	// server (HTTPS only). Without it, the system roots are used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	// +kubebuilder:validation:XValidation:rule="self.contains('-----BEGIN CERTIFICATE-----')",message="caCert must be a PEM bundle of certificates"
+	CACert string `json:"caCert,omitempty"`
+
+	// ExpectedStatusCodes are the response codes that pass: codes ("204")
+	// and inclusive ranges ("200-399").
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:default={"200-399"}
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Pattern=`^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="self.all(c, c.size() == 3 || int(c.substring(0, 3)) <= int(c.substring(4, 7)))",message="expectedStatusCodes ranges must be written low-high"
+	ExpectedStatusCodes []string `json:"expectedStatusCodes,omitempty"`
+}
+
+// HTTPHeader is one request header.
+type HTTPHeader struct {
+	// Name is the header field name (an RFC 9110 token).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[-!#$%&'*+.^_|~0-9A-Za-z]+$`
+	Name string `json:"name"`
+	// Value is the header field value.
+	// +required
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[\\\\r\\\\n\\\\x00]')",message="header value must not contain CR, LF or NUL"
+	Value string `json:"value"`
+}
+
+// PostgreSQLTLSMode is the sslmode of a PostgreSQL probe.
+// +kubebuilder:validation:Enum=disable;require;verify-ca;verify-full
+type PostgreSQLTLSMode string
+
+// The PostgreSQL TLS modes, as libpq's sslmode.
+const (
+	PostgreSQLTLSDisable    PostgreSQLTLSMode = "disable"
+	PostgreSQLTLSRequire    PostgreSQLTLSMode = "require"
+	PostgreSQLTLSVerifyCA   PostgreSQLTLSMode = "verify-ca"
+	PostgreSQLTLSVerifyFull PostgreSQLTLSMode = "verify-full"
+)
+
+// PostgreSQLProbe logs in, runs Query and passes when it completes and its
+// first column, if any, is not false. "SELECT NOT pg_is_in_recovery()" passes
+// on the primary only.
+//
+// +kubebuilder:validation:XValidation:rule="!(self.tlsMode in ['verify-ca', 'verify-full']) || (has(self.authSecretName) && self.authSecretName != '')",message="tlsMode verify-ca and verify-full need authSecretName: the CA certificate is read from that Secret's caCert key",fieldPath=.authSecretName
+type PostgreSQLProbe struct {
+	// TargetPort is the pod port to connect to: a number or a container port name.
+	// +required
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.size() <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a number from 1 to 65535 or an IANA service name (at most 15 lowercase letters, digits and single '-', with a letter)"
+	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// DBName is the database to connect to.
+	// +optional
+	// +kubebuilder:default=postgres
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	DBName string `json:"dbName,omitempty"`
+
+	// Query is run once per probe.
+	// +optional
+	// +kubebuilder:default="SELECT 1"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query,omitempty"`
+
+	// AuthSecretName names a Secret of any type in the resource's namespace
+	// with the keys user and password, and optionally caCert, clientCert and
+	// clientKey (PEM).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	AuthSecretName string `json:"authSecretName,omitempty"`
+
+	// TLSMode is the sslmode: disable, require, verify-ca or verify-full.
+	// +optional
+	// +kubebuilder:default=disable
+	TLSMode PostgreSQLTLSMode `json:"tlsMode,omitempty"`
+}
