@@ -95,6 +95,7 @@ type TCPProbe struct {
 	// TargetPort is the pod port to connect to: a number or a container port name.
 	// +required
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.size() <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a number from 1 to 65535 or an IANA service name (at most 15 lowercase letters, digits and single '-', with a letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
 }
@@ -121,6 +122,7 @@ type HTTPProbe struct {
 	// TargetPort is the pod port to connect to: a number or a container port name.
 	// +required
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.size() <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a number from 1 to 65535 or an IANA service name (at most 15 lowercase letters, digits and single '-', with a letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
 
@@ -174,6 +176,7 @@ type HTTPProbe struct {
 	// +kubebuilder:default={"200-399"}
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=7
 	// +kubebuilder:validation:items:Pattern=`^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="self.all(c, c.size() == 3 || int(c.substring(0, 3)) <= int(c.substring(4, 7)))",message="expectedStatusCodes ranges must be written low-high"
 	ExpectedStatusCodes []string `json:"expectedStatusCodes,omitempty"`
@@ -210,11 +213,12 @@ const (
 // first column, if any, is not false. "SELECT NOT pg_is_in_recovery()" passes
 // on the primary only.
 //
-// +kubebuilder:validation:XValidation:rule="!(self.tlsMode in ['verify-ca', 'verify-full']) || (has(self.authSecretName) && self.authSecretName != '')",message="tlsMode verify-ca and verify-full need authSecretName: the CA certificate is read from that Secret's caCert key",fieldPath=.authSecretName
+// +kubebuilder:validation:XValidation:rule="!(self.tlsMode in ['verify-ca', 'verify-full']) || (has(self.authSecretName) && self.authSecretName != ”)",message="tlsMode verify-ca and verify-full need authSecretName: the CA certificate is read from that Secret's caCert key",fieldPath=.authSecretName
 type PostgreSQLProbe struct {
 	// TargetPort is the pod port to connect to: a number or a container port name.
 	// +required
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.size() <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a number from 1 to 65535 or an IANA service name (at most 15 lowercase letters, digits and single '-', with a letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
 

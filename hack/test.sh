@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make test: installs and builds what the tests need, runs the unit tests of
+# every module, then the integration suites (real kube-apiserver, etcd,
+# PostgreSQL and servers on pod addresses) inside a private network namespace.
+# With CI=true a missing dependency fails the run instead of skipping tests.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export GOTOOLCHAIN=local
+ci=${CI:-false}
+
+step() { echo; echo ">> $*"; }
+
+step "dependencies: PostgreSQL server, iproute2, unshare"
+missing=()
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null || missing+=(postgresql)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v unshare >/dev/null || missing+=(util-linux)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing ${missing[*]} from Debian's packages"
+    # Keep the package's own cluster from starting: the tests start theirs.
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    rm -f /usr/sbin/policy-rc.d
+  else
+    echo "missing: ${missing[*]}; install with: sudo apt-get install -y ${missing[*]}"
+    if [ "$ci" = true ]; then exit 1; fi
+  fi
+fi
+
+step "control plane and generators (bin/, built once from source)"
+hack/build-tools.sh kube-apiserver etcd controller-gen
+
+step "downloading modules (the network namespace has no registry)"
+for m in api probes endpoints controller agent test hack/tools; do (cd "$m" && go mod download); done
+
+step "unit tests of every module"
+for m in api probes endpoints controller agent; do
+  (cd "$m" && go test -count=1 -race ./...)
+done
+
+step "compiling the integration suites"
+(cd test && go vet ./... && go test -count=1 -run '^$' ./... >/dev/null)
+
+step "integration suites inside a private network namespace"
+hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m ./...'

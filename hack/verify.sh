@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The checks CI runs before the tests; each failure says how to fix it.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+export GOTOOLCHAIN=local
+
+modules=(api probes endpoints controller agent test hack/tools)
+libraries=(api probes endpoints)
+failed=()
+check() { # check NAME COMMAND...: run, remember the failure, go on
+  local name=$1; shift
+  echo ">> verify: $name"
+  if ! "$@"; then failed+=("$name"); fi
+}
+
+generated() { sha256sum api/v1alpha1/zz_generated.deepcopy.go api/crd/bases/*.yaml 2>/dev/null; }
+stale_generated() {
+  local before after
+  before=$(generated)
+  make -s generate >/dev/null || return 1
+  after=$(generated)
+  if [ "$before" != "$after" ]; then
+    echo "generated code was stale (make generate has now rewritten it; commit the result)"
+    return 1
+  fi
+}
+gofmt_clean() {
+  local out
+  out=$(git ls-files -z '*.go' | xargs -0 gofmt -l)
+  [ -z "$out" ] || { echo "gofmt would change (run make fmt):"; echo "$out"; return 1; }
+}
+vet_all() {
+  local m ok=0
+  for m in "${modules[@]}"; do (cd "$m" && go vet ./...) || ok=1; done
+  return $ok
+}
+tidy_all() {
+  local m ok=0
+  for m in "${modules[@]}"; do
+    (cd "$m" && GOWORK=off go mod tidy -diff) || { echo "$m: go.mod/go.sum not tidy (run make tidy)"; ok=1; }
+  done
+  return $ok
+}
+libraries_standalone() {
+  local m ok=0
+  for m in "${libraries[@]}"; do
+    (cd "$m" && GOWORK=off go build ./... && GOWORK=off go test -count=1 ./...) ||
+      { echo "$m does not build and test on its own (GOWORK=off)"; ok=1; }
+  done
+  return $ok
+}
+
+check "generated code is current" stale_generated
+check "gofmt" gofmt_clean
+check "go vet" vet_all
+check "go mod tidy" tidy_all
+check "module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/modcheck '$root'"
+check "library modules build and test alone" libraries_standalone
+
+if [ ${#failed[@]} -gt 0 ]; then
+  printf 'verify failed: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "verify: all checks passed"

@@ -1,0 +1,73 @@
+package crd_test
+
+// invalidCase is a spec the API server must reject; field is the path the
+// message must name, message an optional part of the explanation.
+type invalidCase struct {
+	name       string
+	objectName string
+	spec       string
+	field      string
+	message    string
+}
+
+const (
+	okPorts    = "ports: [{port: 80, targetPort: 8080}]\nselector: {app: x}\n"
+	probeOpen  = okPorts + "healthcheck:\n  probes:\n  - "
+	httpProbe  = probeOpen + "mode: HTTP\n    http:\n      targetPort: 8080\n"
+	tcpProbeOK = probeOpen + "mode: TCP\n    tcp: {targetPort: 8080}\n"
+)
+
+var invalidCases = []invalidCase{
+	// The Service part.
+	{name: "ExternalName type", spec: "type: ExternalName\n" + okPorts, field: "spec.type", message: "ExternalName"},
+	{name: "externalName set", spec: "externalName: db.example.com\n" + okPorts, field: "spec.externalName"},
+	{name: "no selector", spec: "ports: [{port: 80}]\n", field: "spec.selector"},
+	{name: "empty selector", spec: "ports: [{port: 80}]\nselector: {}\n", field: "spec.selector"},
+	{name: "no ports", spec: "selector: {app: x}\n", field: "spec.ports"},
+	{name: "port zero", spec: "ports: [{port: 0}]\nselector: {app: x}\n", field: "spec.ports[0].port"},
+	{name: "port above 65535", spec: "ports: [{port: 70000}]\nselector: {app: x}\n", field: "spec.ports[0].port"},
+	{name: "two ports without names", spec: "ports: [{port: 80}, {port: 443}]\nselector: {app: x}\n", field: "spec.ports", message: "name is required"},
+	{name: "duplicate port names", spec: "ports: [{name: web, port: 80}, {name: web, port: 443}]\nselector: {app: x}\n", field: "spec.ports", message: "must be unique"},
+	{name: "port name not a DNS label", spec: "ports: [{name: Web_Port, port: 80}]\nselector: {app: x}\n", field: "spec.ports[0].name"},
+	{name: "unknown protocol", spec: "ports: [{port: 80, protocol: HTTP}]\nselector: {app: x}\n", field: "spec.ports[0].protocol"},
+	{name: "targetPort zero", spec: "ports: [{port: 80, targetPort: 0}]\nselector: {app: x}\n", field: "spec.ports[0].targetPort"},
+	{name: "targetPort name too long", spec: "ports: [{port: 80, targetPort: averyveryverylongname}]\nselector: {app: x}\n", field: "spec.ports[0].targetPort"},
+	{name: "targetPort name without a letter", spec: "ports: [{port: 80, targetPort: \"80-80\"}]\nselector: {app: x}\n", field: "spec.ports[0].targetPort"},
+	{name: "externalTrafficPolicy on ClusterIP", spec: "externalTrafficPolicy: Local\n" + okPorts, field: "spec.externalTrafficPolicy"},
+	{name: "healthCheckNodePort without Local", spec: "type: LoadBalancer\nhealthCheckNodePort: 32000\n" + okPorts, field: "spec.healthCheckNodePort"},
+	{name: "nodePort on ClusterIP", spec: "ports: [{port: 80, nodePort: 30080}]\nselector: {app: x}\n", field: "spec.ports", message: "nodePort"},
+	{name: "headless NodePort", spec: "type: NodePort\nclusterIP: None\n" + okPorts, field: "spec.clusterIP"},
+	{name: "unknown IP family", spec: "ipFamilies: [IPv5]\n" + okPorts, field: "spec.ipFamilies[0]"},
+	{name: "name not a DNS-1035 label", objectName: "db.read", spec: okPorts, field: "metadata.name"},
+
+	// The healthcheck section.
+	{name: "periodSeconds zero", spec: okPorts + "healthcheck: {periodSeconds: 0}\n", field: "spec.healthcheck.periodSeconds"},
+	{name: "negative initialDelaySeconds", spec: okPorts + "healthcheck: {initialDelaySeconds: -5}\n", field: "spec.healthcheck.initialDelaySeconds"},
+	{name: "unknown mode", spec: probeOpen + "mode: ICMP\n", field: "spec.healthcheck.probes[0].mode"},
+	{name: "TCP mode with an http object", spec: probeOpen + "mode: TCP\n    http: {targetPort: 2525}\n", field: "spec.healthcheck.probes[0]", message: "tcp must be set exactly when mode is TCP"},
+	{name: "HTTP mode without http", spec: probeOpen + "mode: HTTP\n", field: "spec.healthcheck.probes[0].http"},
+	{name: "TCP mode with a postgreSQL object too", spec: tcpProbeOK + "    postgreSQL: {targetPort: 5432}\n", field: "spec.healthcheck.probes[0].postgreSQL"},
+	{name: "timeoutSeconds zero", spec: tcpProbeOK + "    timeoutSeconds: 0\n", field: "spec.healthcheck.probes[0].timeoutSeconds"},
+	{name: "failureThreshold zero", spec: tcpProbeOK + "    failureThreshold: 0\n", field: "spec.healthcheck.probes[0].failureThreshold"},
+	{name: "negative successThreshold", spec: tcpProbeOK + "    successThreshold: -1\n", field: "spec.healthcheck.probes[0].successThreshold"},
+	{name: "timeout longer than the period", spec: okPorts + "healthcheck:\n  periodSeconds: 2\n  probes:\n  - mode: TCP\n    timeoutSeconds: 5\n    tcp: {targetPort: 8080}\n", field: "spec.healthcheck.probes", message: "timeoutSeconds"},
+	{name: "tcp targetPort above 65535", spec: probeOpen + "mode: TCP\n    tcp: {targetPort: 65536}\n", field: "spec.healthcheck.probes[0].tcp.targetPort"},
+	{name: "tcp without targetPort", spec: probeOpen + "mode: TCP\n    tcp: {}\n", field: "spec.healthcheck.probes[0].tcp.targetPort"},
+	{name: "http path without a slash", spec: httpProbe + "      path: healthz\n", field: "spec.healthcheck.probes[0].http.path"},
+	{name: "http path with a space", spec: httpProbe + "      path: /health z\n", field: "spec.healthcheck.probes[0].http.path"},
+	{name: "http method POST", spec: httpProbe + "      method: POST\n", field: "spec.healthcheck.probes[0].http.method"},
+	{name: "http scheme FTP", spec: httpProbe + "      scheme: FTP\n", field: "spec.healthcheck.probes[0].http.scheme"},
+	{name: "invalid header name", spec: httpProbe + "      httpHeaders: [{name: \"Bad Header\", value: x}]\n", field: "spec.healthcheck.probes[0].http.httpHeaders[0].name"},
+	{name: "header value with a newline", spec: httpProbe + "      httpHeaders: [{name: X-A, value: \"a\\r\\nInjected: yes\"}]\n", field: "spec.healthcheck.probes[0].http.httpHeaders[0].value"},
+	{name: "host twice", spec: httpProbe + "      host: a.example.com\n      httpHeaders: [{name: Host, value: b.example.com}]\n", field: "spec.healthcheck.probes[0].http.httpHeaders"},
+	{name: "host with a path", spec: httpProbe + "      host: a.example.com/x\n", field: "spec.healthcheck.probes[0].http.host"},
+	{name: "insecureSkipTLSVerify over HTTP", spec: httpProbe + "      insecureSkipTLSVerify: true\n", field: "spec.healthcheck.probes[0].http.insecureSkipTLSVerify"},
+	{name: "caCert that is not PEM", spec: httpProbe + "      scheme: HTTPS\n      caCert: not-a-certificate\n", field: "spec.healthcheck.probes[0].http.caCert"},
+	{name: "status code 600", spec: httpProbe + "      expectedStatusCodes: [\"600\"]\n", field: "spec.healthcheck.probes[0].http.expectedStatusCodes[0]"},
+	{name: "status range written high-low", spec: httpProbe + "      expectedStatusCodes: [\"399-200\"]\n", field: "spec.healthcheck.probes[0].http.expectedStatusCodes"},
+	{name: "empty status code list", spec: httpProbe + "      expectedStatusCodes: []\n", field: "spec.healthcheck.probes[0].http.expectedStatusCodes"},
+	{name: "postgreSQL tlsMode prefer", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, tlsMode: prefer}\n", field: "spec.healthcheck.probes[0].postgreSQL.tlsMode"},
+	{name: "verify-full without a Secret", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, tlsMode: verify-full}\n", field: "spec.healthcheck.probes[0].postgreSQL.authSecretName"},
+	{name: "invalid Secret name", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, authSecretName: Cred_Secret}\n", field: "spec.healthcheck.probes[0].postgreSQL.authSecretName"},
+	{name: "empty query", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, query: \"\"}\n", field: "spec.healthcheck.probes[0].postgreSQL.query"},
+}

@@ -1,0 +1,203 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/swh-dev/swh/api/crd"
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+)
+
+// ControlPlane is a running kube-apiserver and etcd with the
+// ServiceWithHealthchecks CRD installed.
+type ControlPlane struct {
+	env *envtest.Environment
+	// Config reaches the API server as a cluster administrator.
+	Config *rest.Config
+	// Client is a controller-runtime client with the core and swh types.
+	Client client.Client
+	// Scheme knows the core and swh types.
+	Scheme *runtime.Scheme
+	// Kubeconfig is the path of a kubeconfig file kubectl can use.
+	Kubeconfig string
+}
+
+// ControlPlaneOptions configures StartControlPlane.
+type ControlPlaneOptions struct {
+	// BinDir holds kube-apiserver and etcd; empty means the repository's bin/.
+	BinDir string
+	// KubeconfigPath is where to write a kubeconfig; empty means a file next
+	// to the control plane's own data, removed on Stop.
+	KubeconfigPath string
+	// ExtraAPIServerFlags are set on kube-apiserver, for example
+	// "service-cluster-ip-range".
+	ExtraAPIServerFlags map[string]string
+}
+
+// NewScheme returns a scheme with the core Kubernetes types and the swh API.
+func NewScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("adding core types: %w", err)
+	}
+	if err := swhv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("adding swh types: %w", err)
+	}
+	return scheme, nil
+}
+
+// CRD returns the ServiceWithHealthchecks CRD as committed in the api module.
+func CRD() (*apiextensionsv1.CustomResourceDefinition, error) {
+	out := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(crd.ServiceWithHealthchecksYAML(), out); err != nil {
+		return nil, fmt.Errorf("decoding the embedded CRD: %w", err)
+	}
+	return out, nil
+}
+
+// StartControlPlane starts etcd and kube-apiserver from BinDir, installs the
+// CRD and waits until it is served. Call Stop when done.
+func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlPlane, error) {
+	binDir := opts.BinDir
+	if binDir == "" {
+		dir, err := BinDir()
+		if err != nil {
+			return nil, err
+		}
+		binDir = dir
+	}
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
+			return nil, fmt.Errorf("%w: %s not found in %s (run `make tools`)", ErrMissingDependency, name, binDir)
+		}
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	def, err := CRD()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory:    binDir,
+		CRDs:                     []*apiextensionsv1.CustomResourceDefinition{def},
+		ErrorIfCRDPathMissing:    true,
+		Scheme:                   scheme,
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+	}
+	apiServer := env.ControlPlane.GetAPIServer()
+	for name, value := range opts.ExtraAPIServerFlags {
+		apiServer.Configure().Set(name, value)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err)
+	}
+	cp := &ControlPlane{env: env, Config: cfg, Scheme: scheme}
+	cp.Client, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("creating a client: %w", err), cp.Stop())
+	}
+	cp.Kubeconfig = opts.KubeconfigPath
+	if cp.Kubeconfig == "" {
+		cp.Kubeconfig = filepath.Join(env.ControlPlane.APIServer.CertDir, "kubeconfig")
+	}
+	if err := cp.writeKubeconfig(); err != nil {
+		return nil, errors.Join(err, cp.Stop())
+	}
+	if err := EnsureNamespace(ctx, cp.Client, metav1.NamespaceDefault); err != nil {
+		return nil, errors.Join(err, cp.Stop())
+	}
+	return cp, nil
+}
+
+// Stop stops kube-apiserver and etcd and removes their data.
+func (cp *ControlPlane) Stop() error {
+	if err := cp.env.Stop(); err != nil {
+		return fmt.Errorf("stopping the control plane: %w", err)
+	}
+	return nil
+}
+
+func (cp *ControlPlane) writeKubeconfig() error {
+	user, err := cp.env.ControlPlane.AddUser(envtest.User{Name: "swh-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fmt.Errorf("adding the admin user: %w", err)
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return fmt.Errorf("rendering the kubeconfig: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(cp.Kubeconfig), 0o755); err != nil {
+		return fmt.Errorf("creating the kubeconfig's folder: %w", err)
+	}
+	if err := os.WriteFile(cp.Kubeconfig, data, 0o600); err != nil {
+		return fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	return nil
+}
+
+// EnsureNamespace creates a namespace and its default ServiceAccount (no
+// controller-manager runs here to create it, and the ServiceAccount
+// admission plugin rejects pods without it). Existing objects are fine.
+func EnsureNamespace(ctx context.Context, c client.Client, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: name}}
+	if err := c.Create(ctx, sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the default ServiceAccount of %s: %w", name, err)
+	}
+	return nil
+}
+
+// StartTestControlPlane starts a control plane for a test and stops it when
+// the test ends. Outside CI a missing binary skips the test; in CI it fails.
+func StartTestControlPlane(t testing.TB) *ControlPlane {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := StartControlPlane(ctx, ControlPlaneOptions{})
+	if err != nil {
+		Unavailable(t, err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return cp
+}
+
+// TestNamespace creates a namespace with a unique name for the test.
+func (cp *ControlPlane) TestNamespace(t testing.TB) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	ctx := context.Background()
+	if err := cp.Client.Create(ctx, ns); err != nil {
+		t.Fatalf("creating a namespace: %v", err)
+	}
+	if err := EnsureNamespace(ctx, cp.Client, ns.Name); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return ns.Name
+}

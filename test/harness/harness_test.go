@@ -1,0 +1,275 @@
+package harness_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"database/sql"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/swh-dev/swh/test/harness"
+)
+
+func TestServerOnPodAddressAnswers(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	tests := []struct {
+		name string
+		addr string
+	}{
+		{"IPv4 pod address", "10.244.1.10:8080"},
+		{"IPv6 pod address", "[fd00:10:244::2]:8080"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: tt.addr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = srv.Stop() })
+			if code := get(t, "http://"+tt.addr+"/"); code != http.StatusOK {
+				t.Fatalf("GET = %d, want 200", code)
+			}
+			srv.SetStatus(http.StatusServiceUnavailable)
+			if code := get(t, "http://"+tt.addr+"/"); code != http.StatusServiceUnavailable {
+				t.Fatalf("GET after SetStatus(503) = %d", code)
+			}
+			if err := srv.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := net.DialTimeout("tcp", tt.addr, time.Second); err == nil {
+				t.Fatal("a stopped server still accepts connections")
+			}
+			if err := srv.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if code := get(t, "http://"+tt.addr+"/"); code != http.StatusServiceUnavailable {
+				t.Fatalf("GET after restart = %d", code)
+			}
+		})
+	}
+}
+
+func TestTCPServerCountsWithoutWriting(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	srv, err := harness.StartTCPServer("10.244.1.11:2525")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	conn, err := net.DialTimeout("tcp", srv.Addr(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("EHLO x\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.BytesReceived() != 8 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if srv.Accepted() != 1 || srv.BytesReceived() != 8 {
+		t.Fatalf("accepted %d connections and %d bytes, want 1 and 8", srv.Accepted(), srv.BytesReceived())
+	}
+}
+
+func TestHTTPSServerWithTestCA(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	ca, err := harness.NewCA("swh-test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := ca.ServerTLS("api.example.test", "10.244.1.12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: "10.244.1.12:8443", TLS: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.PEM)
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "api.example.test"}}}
+	resp, err := c.Get("https://10.244.1.12:8443/")
+	if err != nil {
+		t.Fatalf("GET with the test CA: %v", err)
+	}
+	_ = resp.Body.Close()
+	untrusted := &http.Client{Timeout: 5 * time.Second}
+	if _, err := untrusted.Get("https://10.244.1.12:8443/"); err == nil {
+		t.Fatal("a client without the test CA trusted the server")
+	}
+}
+
+func TestAPIServerAcceptsSliceWithPodAddress(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	cp := harness.StartTestControlPlane(t)
+	ctx := context.Background()
+	ns := cp.TestNamespace(t)
+	if _, err := harness.CreateNode(ctx, cp.Client, harness.NodeOptions{Name: "node-a", Zone: "zone-1"}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := harness.CreatePod(ctx, cp.Client, harness.PodOptions{
+		Namespace: ns, Name: "web-0", Node: "node-a", Labels: map[string]string{"app": "web"},
+		IPs:   []string{"10.244.1.20", "fd00:10:244::3"},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &corev1.Pod{}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != corev1.PodRunning || got.Status.PodIP != "10.244.1.20" || len(got.Status.PodIPs) != 2 {
+		t.Fatalf("pod status not written as a kubelet would: %+v", got.Status)
+	}
+	srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: "10.244.1.20:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	if code := get(t, "http://10.244.1.20:8080/"); code != http.StatusOK {
+		t.Fatalf("the pod's server answered %d", code)
+	}
+	for _, family := range []struct {
+		typ  discoveryv1.AddressType
+		addr string
+	}{{discoveryv1.AddressTypeIPv4, "10.244.1.20"}, {discoveryv1.AddressTypeIPv6, "fd00:10:244::3"}} {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{
+				Namespace: ns, Name: "web-" + strings.ToLower(string(family.typ)),
+				Labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "harness.network.swh.dev"},
+			},
+			AddressType: family.typ,
+			Endpoints: []discoveryv1.Endpoint{{
+				Addresses: []string{family.addr}, NodeName: new("node-a"), Zone: new("zone-1"),
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "web-0", UID: got.UID},
+			}},
+			Ports: []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(8080))}},
+		}
+		if err := cp.Client.Create(ctx, slice); err != nil {
+			t.Fatalf("the API server rejected a %s slice with a pod address: %v", family.typ, err)
+		}
+	}
+	// The server rejects loopback addresses: the reason pods live in 10.244.0.0/16.
+	bad := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "loopback"},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}}},
+	}
+	if err := cp.Client.Create(ctx, bad); err == nil {
+		t.Fatal("the API server accepted a loopback endpoint; the harness's premise is wrong")
+	}
+	if err := harness.SetPodReady(ctx, cp.Client, types.NamespacedName{Namespace: ns, Name: "web-0"}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status != corev1.ConditionFalse {
+			t.Fatalf("Ready = %s after SetPodReady(false)", c.Status)
+		}
+	}
+}
+
+func TestKubeconfigWorks(t *testing.T) {
+	cp := harness.StartTestControlPlane(t)
+	data, err := os.ReadFile(cp.Kubeconfig)
+	if err != nil {
+		t.Fatalf("reading the kubeconfig: %v", err)
+	}
+	if !strings.Contains(string(data), "server: https://") {
+		t.Fatalf("kubeconfig has no server:\n%s", data)
+	}
+}
+
+func TestPostgresPrimaryReplicaAndPromotion(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.2.10"})
+	replica := primary.StartTestReplica(t, "10.244.2.11", 5432)
+
+	expectRecovery := func(p *harness.Postgres, want bool) {
+		t.Helper()
+		got, err := p.InRecovery(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Fatalf("%s: pg_is_in_recovery() = %v, want %v", p.Addr(), got, want)
+		}
+	}
+	expectRecovery(primary, false)
+	expectRecovery(replica, true)
+
+	// Replication really streams: a row written on the primary shows up.
+	if err := primary.Exec(ctx, "CREATE TABLE marks (v text); INSERT INTO marks VALUES ('streamed')"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, func() error {
+		return replica.Exec(ctx, "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM marks WHERE v = 'streamed') THEN RAISE EXCEPTION 'not yet'; END IF; END $$")
+	})
+
+	// A wrong password is refused: the server really authenticates.
+	db, err := sql.Open("postgres", "postgres://swh:wrong@10.244.2.10:5432/postgres?sslmode=disable&connect_timeout=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.PingContext(ctx)
+	_ = db.Close()
+	if err == nil || !strings.Contains(err.Error(), "password authentication failed") {
+		t.Fatalf("login with a wrong password: %v, want an authentication failure", err)
+	}
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expectRecovery(replica, false)
+	if err := replica.Exec(ctx, "INSERT INTO marks VALUES ('after promotion')"); err != nil {
+		t.Fatalf("the promoted replica refuses writes: %v", err)
+	}
+}
+
+func get(t *testing.T, url string) int {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode
+}
+
+func waitFor(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal(fmt.Errorf("not true after %v: %w", timeout, err))
+}
