@@ -213,7 +213,7 @@ const (
 // first column, if any, is not false. "SELECT NOT pg_is_in_recovery()" passes
 // on the primary only.
 //
-// +kubebuilder:validation:XValidation:rule="!(self.tlsMode in ['verify-ca', 'verify-full']) || (has(self.authSecretName) && self.authSecretName != ”)",message="tlsMode verify-ca and verify-full need authSecretName: the CA certificate is read from that Secret's caCert key",fieldPath=.authSecretName
+// +kubebuilder:validation:XValidation:rule="!(self.tlsMode in ['verify-ca', 'verify-full']) || (has(self.authSecretName) && self.authSecretName.size() > 0)",message="tlsMode verify-ca and verify-full need authSecretName: the CA certificate is read from that Secret's caCert key",fieldPath=.authSecretName
 type PostgreSQLProbe struct {
 	// TargetPort is the pod port to connect to: a number or a container port name.
 	// +required

@@ -13,9 +13,9 @@ import (
 // the two in step.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.selector) && self.selector.size() > 0",message="spec.selector must select the pods to probe",fieldPath=.selector
-// +kubebuilder:validation:XValidation:rule="!has(self.externalName) || self.externalName == ”",message="spec.externalName is not supported: a ServiceWithHealthchecks has pods to probe",fieldPath=.externalName
-// +kubebuilder:validation:XValidation:rule="self.ports.size() <= 1 || self.ports.all(p, has(p.name) && p.name != ”)",message="spec.ports[].name is required when more than one port is defined",fieldPath=.ports
-// +kubebuilder:validation:XValidation:rule="self.ports.all(p, self.ports.exists_one(q, (has(q.name) ? q.name : ”) == (has(p.name) ? p.name : ”)))",message="spec.ports[].name must be unique",fieldPath=.ports
+// +kubebuilder:validation:XValidation:rule="!has(self.externalName) || self.externalName.size() == 0",message="spec.externalName is not supported: a ServiceWithHealthchecks has pods to probe",fieldPath=.externalName
+// +kubebuilder:validation:XValidation:rule="self.ports.size() <= 1 || self.ports.all(p, has(p.name) && p.name.size() > 0)",message="spec.ports[].name is required when more than one port is defined",fieldPath=.ports
+// +kubebuilder:validation:XValidation:rule="self.ports.all(p, self.ports.exists_one(q, (has(q.name) ? q.name : \"\") == (has(p.name) ? p.name : \"\")))",message="spec.ports[].name must be unique",fieldPath=.ports
 // +kubebuilder:validation:XValidation:rule="!has(self.externalTrafficPolicy) || self.type in ['NodePort', 'LoadBalancer']",message="spec.externalTrafficPolicy may only be set when spec.type is NodePort or LoadBalancer",fieldPath=.externalTrafficPolicy
 // +kubebuilder:validation:XValidation:rule="!has(self.healthCheckNodePort) || self.healthCheckNodePort == 0 || (self.type == 'LoadBalancer' && has(self.externalTrafficPolicy) && self.externalTrafficPolicy == 'Local')",message="spec.healthCheckNodePort may only be set when spec.type is LoadBalancer and spec.externalTrafficPolicy is Local",fieldPath=.healthCheckNodePort
 // +kubebuilder:validation:XValidation:rule="self.type in ['NodePort', 'LoadBalancer'] || self.ports.all(p, !has(p.nodePort) || p.nodePort == 0)",message="spec.ports[].nodePort may only be set when spec.type is NodePort or LoadBalancer",fieldPath=.ports

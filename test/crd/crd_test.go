@@ -5,6 +5,8 @@ package crd_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +23,31 @@ import (
 	"github.com/swh-dev/swh/test/harness"
 )
 
+// controlPlane is shared by the tests of this package: each test works in a
+// namespace of its own, and one start saves ten seconds a test.
+var controlPlane *harness.ControlPlane
+
+func TestMain(m *testing.M) {
+	os.Exit(runWithControlPlane(m))
+}
+
+func runWithControlPlane(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := harness.StartControlPlane(ctx, harness.ControlPlaneOptions{})
+	if err != nil {
+		if errors.Is(err, harness.ErrMissingDependency) && !harness.InCI() {
+			fmt.Println("skipping the CRD suite:", err)
+			return 0
+		}
+		fmt.Println("starting the control plane:", err)
+		return 1
+	}
+	defer func() { _ = cp.Stop() }()
+	controlPlane = cp
+	return m.Run()
+}
+
 func decode(t *testing.T, manifest []byte) *unstructured.Unstructured {
 	t.Helper()
 	obj := &unstructured.Unstructured{}
@@ -31,7 +58,7 @@ func decode(t *testing.T, manifest []byte) *unstructured.Unstructured {
 }
 
 func TestValidManifestsAreAccepted(t *testing.T) {
-	cp := harness.StartTestControlPlane(t)
+	cp := controlPlane
 	ns := cp.TestNamespace(t)
 	files, err := filepath.Glob("testdata/valid/*.yaml")
 	if err != nil || len(files) < 10 {
@@ -59,7 +86,7 @@ func TestValidManifestsAreAccepted(t *testing.T) {
 }
 
 func TestServerAppliesDefaults(t *testing.T) {
-	cp := harness.StartTestControlPlane(t)
+	cp := controlPlane
 	ns := cp.TestNamespace(t)
 	obj := decode(t, []byte(`
 apiVersion: network.swh.dev/v1alpha1
@@ -113,7 +140,7 @@ spec:
 }
 
 func TestStatusIsASubresource(t *testing.T) {
-	cp := harness.StartTestControlPlane(t)
+	cp := controlPlane
 	ns := cp.TestNamespace(t)
 	ctx := context.Background()
 	obj := decode(t, []byte("apiVersion: network.swh.dev/v1alpha1\nkind: ServiceWithHealthchecks\nmetadata: {name: st}\nspec: {ports: [{port: 80}], selector: {app: x}}\n"))
@@ -149,7 +176,7 @@ func TestStatusIsASubresource(t *testing.T) {
 }
 
 func TestInvalidManifestsAreRejected(t *testing.T) {
-	cp := harness.StartTestControlPlane(t)
+	cp := controlPlane
 	ns := cp.TestNamespace(t)
 	if len(invalidCases) < 25 {
 		t.Fatalf("want at least 25 invalid cases, have %d", len(invalidCases))

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,8 +19,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -197,6 +200,19 @@ func TestKubeconfigWorks(t *testing.T) {
 	if !strings.Contains(string(data), "server: https://") {
 		t.Fatalf("kubeconfig has no server:\n%s", data)
 	}
+	// What kubectl would do: load the file and talk to the server with it.
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
+	if err != nil {
+		t.Fatalf("loading the kubeconfig: %v", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: cp.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := &swhv1alpha1.ServiceWithHealthchecksList{}
+	if err := c.List(context.Background(), list); err != nil {
+		t.Fatalf("listing ServiceWithHealthchecks with the kubeconfig: %v", err)
+	}
 }
 
 func TestPostgresPrimaryReplicaAndPromotion(t *testing.T) {
@@ -247,6 +263,40 @@ func TestPostgresPrimaryReplicaAndPromotion(t *testing.T) {
 	if err := replica.Exec(ctx, "INSERT INTO marks VALUES ('after promotion')"); err != nil {
 		t.Fatalf("the promoted replica refuses writes: %v", err)
 	}
+
+	// Cleanup leaves no server process and no folder behind.
+	for _, p := range []*harness.Postgres{primary, replica} {
+		dir := p.Dir()
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if pids := processesMentioning(t, dir); len(pids) > 0 {
+			t.Errorf("processes %v still run from %s after Close", pids, dir)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s still exists after Close (%v)", dir, err)
+		}
+	}
+}
+
+// processesMentioning lists the PIDs whose command line mentions s.
+func processesMentioning(t *testing.T, s string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue // not a process, or gone
+		}
+		if strings.Contains(string(cmdline), s) {
+			pids = append(pids, e.Name())
+		}
+	}
+	return pids
 }
 
 func get(t *testing.T, url string) int {

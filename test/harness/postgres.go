@@ -144,6 +144,9 @@ func (p *Postgres) Addr() string {
 	return net.JoinHostPort(p.opts.Addr, strconv.Itoa(p.opts.Port))
 }
 
+// Dir returns the server's temporary folder (data, socket and log).
+func (p *Postgres) Dir() string { return p.dir }
+
 // Options returns the options the server runs with, defaults applied.
 func (p *Postgres) Options() PostgresOptions { return p.opts }
 
