@@ -142,7 +142,7 @@ func Build(svc Service, node Node, pods []PodVerdicts, opts Options) ([]discover
 	if errs := validation.IsDNS1123Subdomain(node.Name); len(errs) > 0 {
 		return nil, fmt.Errorf("node name %q: %s: %w", node.Name, strings.Join(errs, "; "), ErrInvalid)
 	}
-	groups := make(map[groupKey][]discoveryv1.Endpoint)
+	groups := make(map[groupKey][]entry)
 	for k := range pods {
 		if err := addPod(groups, &svc, &node, &pods[k], families); err != nil {
 			return nil, err
@@ -210,7 +210,7 @@ func checkService(svc *Service) ([]discoveryv1.AddressType, error) {
 	return families, nil
 }
 
-func addPod(groups map[groupKey][]discoveryv1.Endpoint, svc *Service, node *Node, pv *PodVerdicts, families []discoveryv1.AddressType) error {
+func addPod(groups map[groupKey][]entry, svc *Service, node *Node, pv *PodVerdicts, families []discoveryv1.AddressType) error {
 	pod := pv.Pod
 	if pod == nil {
 		return fmt.Errorf("nil pod: %w", ErrInvalid)
@@ -245,7 +245,7 @@ func addPod(groups map[groupKey][]discoveryv1.Endpoint, svc *Service, node *Node
 				continue
 			}
 			key := groupKey{port: i, family: familyOf(a), number: v.Port}
-			groups[key] = append(groups[key], endpoint(svc, node, pod, a, ready, v.Passing, terminating))
+			groups[key] = append(groups[key], entry{a, endpoint(svc, node, pod, a, ready, v.Passing, terminating)})
 		}
 	}
 	return nil
@@ -278,7 +278,7 @@ func endpoint(svc *Service, node *Node, pod *corev1.Pod, a netip.Addr, ready, se
 	return ep
 }
 
-func assemble(groups map[groupKey][]discoveryv1.Endpoint, svc *Service, node *Node, families []discoveryv1.AddressType, opts Options) ([]discoveryv1.EndpointSlice, error) {
+func assemble(groups map[groupKey][]entry, svc *Service, node *Node, families []discoveryv1.AddressType, opts Options) ([]discoveryv1.EndpointSlice, error) {
 	keys := make([]groupKey, 0, len(groups))
 	for k := range groups {
 		keys = append(keys, k)
@@ -287,11 +287,14 @@ func assemble(groups map[groupKey][]discoveryv1.Endpoint, svc *Service, node *No
 		return cmp.Or(cmp.Compare(a.port, b.port), cmp.Compare(a.family, b.family), cmp.Compare(a.number, b.number))
 	})
 	labels := sliceLabels(svc, node, opts)
-	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: new(true)}
 	var out []discoveryv1.EndpointSlice
 	for n, k := range keys {
-		eps := groups[k]
-		slices.SortFunc(eps, compareEndpoints)
+		entries := groups[k]
+		slices.SortFunc(entries, compareEntries)
+		eps := make([]discoveryv1.Endpoint, len(entries))
+		for i := range entries {
+			eps[i] = entries[i].ep
+		}
 		parts := NameParts{Service: svc.Name, Port: svc.Ports[k.port].Name, Node: node.Name, Family: k.family, PrimaryFamily: families[0]}
 		// The smallest number of a port and family keeps the plain name.
 		if n > 0 && keys[n-1].port == k.port && keys[n-1].family == k.family {
@@ -304,7 +307,7 @@ func assemble(groups map[groupKey][]discoveryv1.Endpoint, svc *Service, node *No
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, newSlice(name, svc, labels, owner, k, eps[:size:size]))
+			out = append(out, newSlice(name, svc, labels, k, eps[:size:size]))
 			eps = eps[size:]
 		}
 	}
@@ -312,7 +315,7 @@ func assemble(groups map[groupKey][]discoveryv1.Endpoint, svc *Service, node *No
 	return out, nil
 }
 
-func newSlice(name string, svc *Service, labels map[string]string, owner metav1.OwnerReference, k groupKey, eps []discoveryv1.Endpoint) discoveryv1.EndpointSlice {
+func newSlice(name string, svc *Service, labels map[string]string, k groupKey, eps []discoveryv1.Endpoint) discoveryv1.EndpointSlice {
 	sp := &svc.Ports[k.port]
 	port := discoveryv1.EndpointPort{
 		Name:     new(sp.Name),
@@ -324,10 +327,15 @@ func newSlice(name string, svc *Service, labels map[string]string, owner metav1.
 	}
 	return discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:            name,
-			Namespace:       svc.Namespace,
-			Labels:          maps.Clone(labels),
-			OwnerReferences: []metav1.OwnerReference{owner},
+			Name:      name,
+			Namespace: svc.Namespace,
+			Labels:    maps.Clone(labels),
+			// No blockOwnerDeletion: it would need update rights on
+			// services/finalizers where OwnerReferencesPermissionEnforcement
+			// is on, for nothing the garbage collector does not do anyway.
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: new(true),
+			}},
 		},
 		AddressType: k.family,
 		Endpoints:   eps,
@@ -351,9 +359,14 @@ func sliceLabels(svc *Service, node *Node, opts Options) map[string]string {
 	return l
 }
 
-func compareEndpoints(a, b discoveryv1.Endpoint) int {
-	// Every endpoint Build makes has one canonical address and a targetRef.
-	x, _ := netip.ParseAddr(a.Addresses[0])
-	y, _ := netip.ParseAddr(b.Addresses[0])
-	return cmp.Or(x.Compare(y), cmp.Compare(a.TargetRef.Name, b.TargetRef.Name), cmp.Compare(a.TargetRef.UID, b.TargetRef.UID))
+// entry is an endpoint with its parsed address, the first sort key.
+type entry struct {
+	addr netip.Addr
+	ep   discoveryv1.Endpoint
+}
+
+func compareEntries(a, b entry) int {
+	return cmp.Or(a.addr.Compare(b.addr),
+		cmp.Compare(a.ep.TargetRef.Name, b.ep.TargetRef.Name),
+		cmp.Compare(a.ep.TargetRef.UID, b.ep.TargetRef.UID))
 }

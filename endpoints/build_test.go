@@ -107,6 +107,12 @@ func TestBuild(t *testing.T) {
 			want: []string{},
 		},
 		{
+			name: "a Service without ports publishes nothing",
+			svc:  testService(),
+			pods: []PodVerdicts{{testPod("a", []string{"10.0.0.1"}), nil}},
+			want: []string{},
+		},
+		{
 			name: "dual-stack pods split into IPv4 and IPv6 slices",
 			svc:  func() Service { s := testService(http); s.IPFamilies = []corev1.IPFamily{"IPv4", "IPv6"}; return s }(),
 			pods: []PodVerdicts{{testPod("a", dual), verdicts(pass(8080))}},

@@ -25,7 +25,9 @@ var ErrInvalid = errors.New("invalid input")
 // pod-wide probes; a port with an empty gate follows pod readiness.
 //
 // Probes compare by port number only: a probe on 53 checks both a TCP and a
-// UDP Service port whose targetPort is 53.
+// UDP Service port whose targetPort is 53. A probe whose name resolves to no
+// port of a pod checks no port there, so it gates the whole pod: it cannot
+// pass, and the misconfiguration shows instead of being ignored.
 type Grouping struct {
 	ports     []groupPort
 	numProbes int

@@ -56,7 +56,7 @@ type Collision struct {
 }
 
 func (c Collision) String() string {
-	return fmt.Sprintf("slice name %q is held by a %s slice of service %q managed by %q for node %q; using %q",
+	return fmt.Sprintf("slice name %q is held by the %s slice of service %q managed by %q for node %q; using %q",
 		c.Name, c.HolderAddressType, c.HolderService, c.HolderManagedBy, c.HolderNode, c.Renamed)
 }
 
