@@ -1,0 +1,44 @@
+// Package probes is a small library of active health probes: TCP, HTTP(S)
+// and PostgreSQL probers, a threshold tracker that turns their results into
+// a healthy/unhealthy state, and a scheduler that runs many of them
+// periodically. It depends on the standard library and github.com/lib/pq
+// only, and knows nothing of Kubernetes.
+//
+// # Probers
+//
+// A Prober checks one Target (host and port) per call:
+//
+//	Probe(ctx context.Context, target Target) Result
+//
+// The context's deadline is the probe's timeout (DefaultTimeout when it has
+// none) and its cancellation aborts the probe. A Result carries a Status
+// (Success or Failure), a machine-readable Reason (ReasonRefused,
+// ReasonTimeout, ReasonHTTPStatus, ReasonAuth, ...), a human Message, the
+// probe's Latency and, for failures, the underlying error. A configuration
+// that cannot work is rejected by the constructor (NewTCP, NewHTTP,
+// NewPostgreSQL), never reported as a probe failure. Probers are safe for
+// concurrent use; build one per configuration and probe any number of
+// targets with it.
+//
+// Every prober dials through an injectable Dialer (a *net.Dialer by default)
+// and opens one connection per probe, which it closes before returning:
+//
+//   - TCPProber connects and closes, writing nothing. It closes with a reset
+//     (SO_LINGER 0) so that frequent probes leave no TIME_WAIT sockets.
+//   - HTTPProber sends one GET or HEAD without keep-alive, does not follow
+//     redirects, reads at most a small part of the body and passes on the
+//     expected status codes (200-399 by default; see ParseStatusCodes).
+//   - PostgreSQLProber logs in (with TLS modes disable, require, verify-ca and
+//     verify-full, certificates in memory), runs a query and passes when it
+//     completes and its first column, if any, is not false.
+//
+// # Thresholds and scheduling
+//
+// A Tracker applies success and failure thresholds to consecutive results,
+// as kubelet does. A Scheduler runs jobs (a prober, a target, a period, a
+// timeout, an initial delay) under keys of any comparable type, with jitter,
+// bounded concurrency and no overlap of a key with itself, and delivers
+// results to a callback. It keeps all keys in one timer heap served by one
+// goroutine, so tens of thousands of keys cost little more than their
+// probes.
+package probes

@@ -1,0 +1,290 @@
+package probes
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// The PostgreSQL TLS modes, as libpq's sslmode.
+const (
+	SSLDisable    = "disable"     // plain TCP
+	SSLRequire    = "require"     // TLS, server not verified (unless CACert is set, as libpq does)
+	SSLVerifyCA   = "verify-ca"   // TLS, server certificate signed by CACert
+	SSLVerifyFull = "verify-full" // verify-ca, and the certificate names the server
+)
+
+// PostgreSQLConfig configures a PostgreSQLProber.
+type PostgreSQLConfig struct {
+	// DBName is the database to connect to; "postgres" by default.
+	DBName string
+	// User is the role to log in as; required (the prober never falls back
+	// to the name of the OS user, as libpq does).
+	User string
+	// Password may be empty for trust or certificate authentication.
+	Password string
+	// Query runs once per probe; "SELECT 1" by default. The probe passes
+	// when it completes and, if it returns a row, the first column of the
+	// first row is not false: false, f, 0, no, off (any case) and NULL are
+	// false, and so is any number equal to zero.
+	Query string
+	// SSLMode is disable, require, verify-ca or verify-full. It is required:
+	// the default sslmode differs between libpq and versions of lib/pq.
+	SSLMode string
+	// CACert is a PEM bundle of the authorities that verify the server.
+	// verify-ca needs it; verify-full uses the system roots without it;
+	// with require it turns on verification of the chain, as in libpq.
+	CACert []byte
+	// ClientCert and ClientKey are a PEM certificate and key for
+	// certificate authentication; both or neither.
+	ClientCert []byte
+	ClientKey  []byte
+	// ServerName is the name verify-full checks and the SNI sent; empty
+	// means the target host (a pod IP then needs an IP SAN).
+	ServerName string
+	// ApplicationName shows in pg_stat_activity and the server log;
+	// "swh-probe" by default.
+	ApplicationName string
+	// Dialer opens the connection; nil means a net.Dialer.
+	Dialer Dialer
+}
+
+// PostgreSQLProber logs in, runs a query and checks its first column. Each
+// probe opens exactly one connection (one server backend) and closes it. The
+// context's deadline bounds the whole probe: it becomes connect_timeout for
+// the login handshake, statement_timeout for the query on the server, and a
+// socket deadline on the client; cancelling the context closes the socket.
+type PostgreSQLProber struct {
+	dbName, user, password string
+	query, appName         string
+	tls                    *tls.Config // nil for sslmode disable
+	verifyName             bool        // verify-full: check the certificate names the server
+	serverName             string
+	dialer                 Dialer
+}
+
+var _ Prober = (*PostgreSQLProber)(nil)
+
+// NewPostgreSQL validates cfg and returns a PostgreSQL prober.
+func NewPostgreSQL(cfg PostgreSQLConfig) (*PostgreSQLProber, error) {
+	p := &PostgreSQLProber{
+		dbName: cfg.DBName, user: cfg.User, password: cfg.Password,
+		query: cfg.Query, appName: cfg.ApplicationName,
+		serverName: cfg.ServerName, dialer: cfg.Dialer,
+	}
+	if p.dbName == "" {
+		p.dbName = "postgres"
+	}
+	if p.query == "" {
+		p.query = "SELECT 1"
+	}
+	if p.appName == "" {
+		p.appName = "swh-probe"
+	}
+	if p.dialer == nil {
+		p.dialer = newDefaultDialer()
+	}
+	if p.user == "" {
+		return nil, errors.New("probes: postgresql: User is required")
+	}
+	for name, v := range map[string]string{"DBName": p.dbName, "User": p.user, "Password": p.password, "ApplicationName": p.appName, "Query": p.query} {
+		if strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("probes: postgresql: %s holds a NUL byte", name)
+		}
+	}
+	var err error
+	if p.tls, err = postgresTLSConfig(cfg); err != nil {
+		return nil, err
+	}
+	p.verifyName = cfg.SSLMode == SSLVerifyFull
+	return p, nil
+}
+
+// pqConfig returns the lib/pq configuration of one probe. It is built field
+// by field rather than parsed from a DSN so that no PG* environment variable
+// or service file changes what the probe does. sslmode is "disable" for pq
+// because the prober's dialer has already negotiated TLS (see startTLS).
+func (p *PostgreSQLProber) pqConfig(target Target, timeout time.Duration) pq.Config {
+	return pq.Config{
+		Host:               target.Host,
+		Port:               uint16(target.Port),
+		Database:           p.dbName,
+		User:               p.user,
+		Password:           p.password,
+		ApplicationName:    p.appName,
+		SSLMode:            pq.SSLModeDisable,
+		ConnectTimeout:     timeout,
+		ClientEncoding:     "UTF8",
+		Datestyle:          "ISO, MDY",
+		MinProtocolVersion: pq.ProtocolVersion30,
+		MaxProtocolVersion: pq.ProtocolVersion30,
+		TargetSessionAttrs: pq.TargetSessionAttrsAny,
+		LoadBalanceHosts:   pq.LoadBalanceHostsDisable,
+		Runtime: map[string]string{
+			// Sent in the startup packet: the server cancels the
+			// query by itself when the probe gives up on it.
+			"statement_timeout": strconv.FormatInt(timeoutMillis(timeout), 10),
+		},
+	}
+}
+
+// timeoutMillis rounds up, so that a sub-millisecond budget does not become
+// 0, which PostgreSQL reads as "no timeout".
+func timeoutMillis(d time.Duration) int64 {
+	return max(1, int64(math.Ceil(float64(d)/float64(time.Millisecond))))
+}
+
+// Probe logs in to target, runs the query and checks its first column.
+func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) Result {
+	ctx, cancel, start, err := begin(ctx, target)
+	defer cancel()
+	if err != nil {
+		return fail(start, ReasonInvalidTarget, err)
+	}
+	deadline, _ := ctx.Deadline()
+
+	guard := &connGuard{}
+	stop := context.AfterFunc(ctx, guard.abort)
+	defer stop()
+	connector, err := pq.NewConnectorConfig(p.pqConfig(target, time.Until(deadline)))
+	if err != nil {
+		return fail(start, ReasonError, fmt.Errorf("postgresql: %w", err))
+	}
+	connector.Dialer(&pgDialer{prober: p, target: target, guard: guard})
+	conn, err := connector.Connect(ctx)
+	if err != nil {
+		guard.abort() // pq closes on most failures, not all
+		return failPostgres(ctx, start, "connect", err)
+	}
+	defer conn.Close()
+	// pq clears the socket deadline after the handshake; the query phase
+	// gets the probe's deadline back.
+	guard.setDeadline(deadline)
+
+	value, rowsSeen, err := runQuery(ctx, conn, p.query)
+	if err != nil {
+		return failPostgres(ctx, start, "query", err)
+	}
+	switch {
+	case !rowsSeen:
+		return pass(start, "query returned no row")
+	case !truthy(value):
+		return fail(start, ReasonQueryFalse, fmt.Errorf("postgresql: query returned %s", describeValue(value)))
+	}
+	return pass(start, "query returned "+describeValue(value))
+}
+
+// failPostgres returns the failure of a phase ("connect" or "query"). When
+// the probe's context has ended, the message starts with that: the error
+// itself then often only says that the socket was closed under pq.
+func failPostgres(ctx context.Context, start time.Time, phase string, err error) Result {
+	reason := classifyPostgres(ctx, err, phase == "query")
+	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
+		err = fmt.Errorf("postgresql: %s: %w (%w)", phase, ctxErr, err)
+	} else {
+		err = fmt.Errorf("postgresql: %s: %w", phase, err)
+	}
+	return fail(start, reason, err)
+}
+
+// runQuery runs q and returns the first column of its first row, whether a
+// row came back, and any error up to the end of the query.
+func runQuery(ctx context.Context, conn driver.Conn, q string) (driver.Value, bool, error) {
+	queryer, ok := conn.(driver.QueryerContext)
+	if !ok {
+		return nil, false, errors.New("lib/pq connection cannot query")
+	}
+	// A context without cancellation keeps pq from sending a CancelRequest,
+	// which would open a second connection from a goroutine outliving the
+	// probe. The probe's own context still bounds the query: the guard
+	// closes the socket when it ends, and statement_timeout stops the
+	// query on the server.
+	rows, err := queryer.QueryContext(context.WithoutCancel(ctx), q, nil)
+	if err != nil {
+		return nil, false, err
+	}
+	var (
+		value driver.Value
+		seen  bool
+	)
+	if len(rows.Columns()) > 0 {
+		dest := make([]driver.Value, 1) // pq decodes only as many columns as dest holds
+		switch err := rows.Next(dest); err {
+		case nil:
+			value, seen = dest[0], true
+			if b, ok := value.([]byte); ok {
+				value = bytes.Clone(b) // it points into pq's buffer, reused by the next message
+			}
+		case io.EOF:
+		default:
+			_ = rows.Close()
+			return nil, false, err
+		}
+	}
+	// Close reads the rest of the result, up to the end of the query: an
+	// error in a later row still fails the probe.
+	if err := rows.Close(); err != nil {
+		return nil, false, err
+	}
+	return value, seen, nil
+}
+
+// connGuard holds the probe's one socket so that the end of the context can
+// close it, whichever phase pq is in.
+type connGuard struct {
+	mu      sync.Mutex
+	conn    net.Conn
+	claimed bool // a dial started: pq gets one connection per probe
+	aborted bool // the probe's context ended
+}
+
+// claim reports whether this is the probe's first dial.
+func (g *connGuard) claim() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	first := !g.claimed && !g.aborted
+	g.claimed = true
+	return first
+}
+
+// set records the dialed socket; it reports false, and closes the socket,
+// if the probe has already ended.
+func (g *connGuard) set(c net.Conn) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.aborted {
+		_ = c.Close()
+		return false
+	}
+	g.conn = c
+	return true
+}
+
+func (g *connGuard) abort() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.aborted = true
+	if g.conn != nil {
+		_ = g.conn.Close()
+	}
+}
+
+func (g *connGuard) setDeadline(t time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.conn != nil {
+		_ = g.conn.SetDeadline(t)
+	}
+}

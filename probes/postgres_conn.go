@@ -1,0 +1,198 @@
+package probes
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// pgDialer is the lib/pq dialer of one probe: it dials through the prober's
+// Dialer, negotiates TLS itself and checks that the server speaks the
+// PostgreSQL protocol.
+type pgDialer struct {
+	prober *PostgreSQLProber
+	target Target
+	guard  *connGuard
+}
+
+// Dial and DialTimeout complete pq.Dialer; pq calls DialContext instead
+// whenever the dialer has it.
+func (d *pgDialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialTimeout(network, address, DefaultTimeout)
+}
+
+func (d *pgDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return d.DialContext(ctx, network, address)
+}
+
+func (d *pgDialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if !d.guard.claim() {
+		return nil, errors.New("a PostgreSQL probe opens one connection only")
+	}
+	raw, err := d.prober.dialer.DialContext(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	if !d.guard.set(raw) {
+		return nil, context.Canceled
+	}
+	conn := raw
+	if d.prober.tls != nil {
+		if conn, err = d.prober.startTLS(ctx, raw, d.target); err != nil {
+			_ = raw.Close()
+			return nil, &tlsPhaseError{err}
+		}
+	}
+	return &firstMessageCheck{Conn: conn}, nil
+}
+
+// sslRequest is PostgreSQL's SSLRequest message: length 8, code 80877103.
+var sslRequest = [8]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}
+
+// startTLS asks the server for TLS and performs the handshake. The prober
+// does this rather than lib/pq because pq reads certificates from files (its
+// in-memory "sslinline" mode insists on a client certificate), falls back to
+// files under ~/.postgresql, and keeps custom tls.Configs in a process-wide
+// registry; here everything stays in the prober's memory.
+func (p *PostgreSQLProber) startTLS(ctx context.Context, raw net.Conn, target Target) (net.Conn, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = raw.SetDeadline(deadline)
+	}
+	if _, err := raw.Write(sslRequest[:]); err != nil {
+		return nil, err
+	}
+	var answer [1]byte
+	if _, err := io.ReadFull(raw, answer[:]); err != nil {
+		return nil, err
+	}
+	switch answer[0] {
+	case 'S':
+	case 'N':
+		return nil, errors.New("the server does not accept TLS connections")
+	default:
+		return nil, fmt.Errorf("unexpected answer %q to the TLS request: not a PostgreSQL server?", answer[0])
+	}
+	cfg := p.tls.Clone()
+	cfg.ServerName = p.serverName
+	if cfg.ServerName == "" {
+		cfg.ServerName = target.Host // SNI is left out for IP addresses
+	}
+	conn := tls.Client(raw, cfg)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// postgresTLSConfig returns the TLS configuration of cfg.SSLMode, nil for
+// disable.
+func postgresTLSConfig(cfg PostgreSQLConfig) (*tls.Config, error) {
+	switch cfg.SSLMode {
+	case "":
+		return nil, errors.New("probes: postgresql: SSLMode is required (disable, require, verify-ca or verify-full)")
+	case SSLDisable:
+		return nil, nil // like libpq, certificates are then ignored
+	case SSLRequire, SSLVerifyCA, SSLVerifyFull:
+	default:
+		return nil, fmt.Errorf("probes: postgresql: SSLMode %q is not disable, require, verify-ca or verify-full", cfg.SSLMode)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	var roots *x509.CertPool
+	if len(cfg.CACert) > 0 {
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(cfg.CACert) {
+			return nil, errors.New("probes: postgresql: CACert holds no PEM certificate")
+		}
+	}
+	if len(cfg.ClientCert) > 0 || len(cfg.ClientKey) > 0 {
+		cert, err := tls.X509KeyPair(cfg.ClientCert, cfg.ClientKey)
+		if err != nil {
+			return nil, fmt.Errorf("probes: postgresql: client certificate: %w", err)
+		}
+		// Sent whatever CAs the server names as acceptable, as libpq
+		// does: Go's default would silently send nothing on a mismatch.
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
+	}
+	switch {
+	case cfg.SSLMode == SSLVerifyFull:
+		tc.RootCAs = roots // nil: the system roots
+	case cfg.SSLMode == SSLVerifyCA && roots == nil:
+		return nil, errors.New("probes: postgresql: verify-ca needs CACert")
+	case roots != nil:
+		// verify-ca, or require with a CA (libpq's compatibility rule):
+		// check the chain, not the name.
+		tc.InsecureSkipVerify = true
+		tc.VerifyConnection = func(cs tls.ConnectionState) error { return verifyChain(cs, roots) }
+	default:
+		tc.InsecureSkipVerify = true // require: encryption without verification
+	}
+	return tc, nil
+}
+
+func verifyChain(cs tls.ConnectionState, roots *x509.CertPool) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("the server sent no certificate")
+	}
+	opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	_, err := cs.PeerCertificates[0].Verify(opts)
+	return err
+}
+
+// firstMessageCheck checks the header of the server's first message before
+// lib/pq sees it. pq allocates a buffer of whatever length a message header
+// claims: a PostgreSQL probe aimed at an HTTP port would read "HTTP/" as a
+// message of 1.4 GB. After one sane header the server has shown it speaks
+// the protocol, and bytes pass through untouched.
+type firstMessageCheck struct {
+	net.Conn
+	header [5]byte
+	seen   int
+}
+
+// maxFirstMessage bounds the first message: an authentication request, an
+// error or a protocol negotiation, all small.
+const maxFirstMessage = 64 << 10
+
+func (c *firstMessageCheck) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if c.seen < len(c.header) && n > 0 {
+		c.seen += copy(c.header[c.seen:], b[:n])
+		if c.seen == len(c.header) {
+			if perr := checkFirstHeader(c.header); perr != nil {
+				return 0, perr
+			}
+		}
+	}
+	return n, err
+}
+
+func checkFirstHeader(h [5]byte) error {
+	length := binary.BigEndian.Uint32(h[1:])
+	switch h[0] {
+	case 'E':
+		// An error; pq caps its length itself, and reads an overlong
+		// one as the plain text a server sends when it cannot fork.
+		return nil
+	case 'R', 'N', 'v': // authentication, notice, protocol negotiation
+		if length >= 4 && length <= maxFirstMessage {
+			return nil
+		}
+	}
+	return &protocolError{fmt.Sprintf("the server's first message starts with %q: not a PostgreSQL server?", h[:])}
+}
+
+// protocolError is a server answer in the wrong protocol.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return e.msg }

@@ -1,0 +1,113 @@
+package probes
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/lib/pq"
+)
+
+// SQLSTATE codes the prober tells apart.
+const (
+	sqlstateInvalidAuthorization = "28000" // e.g. no pg_hba.conf entry
+	sqlstateInvalidPassword      = "28P01"
+	sqlstateInvalidCatalogName   = "3D000" // the database does not exist
+	sqlstateTooManyConnections   = "53300"
+	sqlstateQueryCanceled        = "57014" // statement_timeout
+	sqlstateAdminShutdown        = "57P01"
+	sqlstateCrashShutdown        = "57P02"
+	sqlstateCannotConnectNow     = "57P03" // starting up, shutting down, recovering
+)
+
+// classifyPostgres maps an error of lib/pq to a Reason; query tells whether
+// the login had succeeded.
+func classifyPostgres(ctx context.Context, err error, query bool) Reason {
+	if pqErr := pq.As(err); pqErr != nil {
+		switch pqErr.Code {
+		case sqlstateInvalidPassword, sqlstateInvalidAuthorization:
+			return ReasonAuth
+		case sqlstateInvalidCatalogName:
+			return ReasonDBMissing
+		case sqlstateTooManyConnections:
+			return ReasonTooManyConnections
+		case sqlstateQueryCanceled:
+			return ReasonTimeout
+		case sqlstateAdminShutdown, sqlstateCrashShutdown, sqlstateCannotConnectNow:
+			return ReasonUnavailable
+		}
+		if query {
+			return ReasonQueryError
+		}
+		return ReasonError
+	}
+	reason := classify(ctx, err)
+	if reason == ReasonError {
+		switch {
+		case errors.Is(err, driver.ErrBadConn):
+			// pq reports a lost connection, and a FATAL error during
+			// a query, as ErrBadConn.
+			return ReasonReset
+		case query:
+			return ReasonQueryError
+		}
+	}
+	return reason
+}
+
+// truthy reports whether the first column of a probe query passes. NULL,
+// false, zero and the words false, f, 0, no and off (any case, surrounding
+// space ignored) are false; everything else is true.
+func truthy(v driver.Value) bool {
+	switch v := v.(type) {
+	case nil:
+		return false
+	case bool:
+		return v
+	case int64:
+		return v != 0
+	case float64:
+		return v != 0
+	case string:
+		return truthyText(v)
+	case []byte: // numeric, and types pq does not decode
+		return truthyText(string(v))
+	}
+	return true
+}
+
+func truthyText(s string) bool {
+	s = strings.TrimSpace(s)
+	switch strings.ToLower(s) {
+	case "false", "f", "0", "no", "off":
+		return false
+	}
+	// numeric comes as text: 0.00 is as false as 0.
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f == 0 {
+		return false
+	}
+	return true
+}
+
+// describeValue formats a column value for a result message.
+func describeValue(v driver.Value) string {
+	const maxLen = 64
+	var s string
+	switch v := v.(type) {
+	case nil:
+		return "NULL"
+	case string:
+		s = v
+	case []byte:
+		s = string(v)
+	default:
+		return fmt.Sprint(v)
+	}
+	if len(s) > maxLen {
+		s = strings.ToValidUTF8(s[:maxLen], "") + "…"
+	}
+	return strconv.Quote(s)
+}

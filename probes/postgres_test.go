@@ -1,0 +1,324 @@
+package probes
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+func newPG(t *testing.T, cfg PostgreSQLConfig) *PostgreSQLProber {
+	t.Helper()
+	if cfg.User == "" {
+		cfg.User = "probe"
+	}
+	if cfg.SSLMode == "" {
+		cfg.SSLMode = SSLDisable
+	}
+	p, err := NewPostgreSQL(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPostgreSQLConfigErrors(t *testing.T) {
+	ca := newCA(t, "ca")
+	_, certPEM, keyPEM := ca.issue(t, "client")
+	for _, tc := range []struct {
+		name string
+		cfg  PostgreSQLConfig
+	}{
+		{"no user", PostgreSQLConfig{SSLMode: SSLDisable}},
+		{"no sslmode", PostgreSQLConfig{User: "u"}},
+		{"unknown sslmode", PostgreSQLConfig{User: "u", SSLMode: "prefer"}},
+		{"verify-ca without CA", PostgreSQLConfig{User: "u", SSLMode: SSLVerifyCA}},
+		{"CA garbage", PostgreSQLConfig{User: "u", SSLMode: SSLVerifyFull, CACert: []byte("garbage")}},
+		{"certificate without key", PostgreSQLConfig{User: "u", SSLMode: SSLRequire, ClientCert: certPEM}},
+		{"key without certificate", PostgreSQLConfig{User: "u", SSLMode: SSLRequire, ClientKey: keyPEM}},
+		{"key of another certificate", PostgreSQLConfig{User: "u", SSLMode: SSLRequire, ClientCert: certPEM, ClientKey: func() []byte { _, _, k := ca.issue(t, "x"); return k }()}},
+		{"NUL in the password", PostgreSQLConfig{User: "u", SSLMode: SSLDisable, Password: "a\x00b"}},
+		{"NUL in the query", PostgreSQLConfig{User: "u", SSLMode: SSLDisable, Query: "SELECT 1\x00"}},
+	} {
+		if _, err := NewPostgreSQL(tc.cfg); err == nil {
+			t.Errorf("%s: NewPostgreSQL accepted %+v", tc.name, tc.cfg)
+		}
+	}
+}
+
+func TestPostgreSQLOptions(t *testing.T) {
+	p := newPG(t, PostgreSQLConfig{User: "probe", Password: "secret", SSLMode: SSLVerifyFull})
+	cfg := p.pqConfig(Target{Host: "::1", Port: 6432}, 1500*time.Microsecond)
+	if cfg.Host != "::1" || cfg.Port != 6432 || cfg.Database != "postgres" || cfg.User != "probe" || cfg.Password != "secret" {
+		t.Errorf("connection fields %+v", cfg)
+	}
+	if cfg.ApplicationName != "swh-probe" {
+		t.Errorf("application_name %q", cfg.ApplicationName)
+	}
+	// TLS is negotiated by the prober's dialer, so pq must not try again.
+	if cfg.SSLMode != pq.SSLModeDisable {
+		t.Errorf("sslmode %q", cfg.SSLMode)
+	}
+	if cfg.ConnectTimeout != 1500*time.Microsecond || cfg.Runtime["statement_timeout"] != "2" {
+		t.Errorf("connect_timeout %v, statement_timeout %q", cfg.ConnectTimeout, cfg.Runtime["statement_timeout"])
+	}
+	if p.query != "SELECT 1" {
+		t.Errorf("default query %q", p.query)
+	}
+	for d, want := range map[time.Duration]int64{
+		0: 1, time.Nanosecond: 1, time.Millisecond: 1, 1001 * time.Microsecond: 2, 2 * time.Second: 2000,
+	} {
+		if got := timeoutMillis(d); got != want {
+			t.Errorf("timeoutMillis(%v) = %d, want %d", d, got, want)
+		}
+	}
+}
+
+func TestTruthy(t *testing.T) {
+	for _, tc := range []struct {
+		v    driver.Value
+		want bool
+	}{
+		{nil, false},
+		{true, true}, {false, false},
+		{int64(1), true}, {int64(-1), true}, {int64(0), false},
+		{float64(0), false}, {0.5, true},
+		{"t", true}, {"true", true}, {"yes", true}, {"on", true}, {"1", true}, {"primary", true}, {"", true},
+		{"f", false}, {"F", false}, {"false", false}, {"FALSE", false}, {" false\n", false},
+		{"0", false}, {"no", false}, {"No", false}, {"off", false}, {"OFF", false},
+		{"0.00", false}, {"-0", false}, {"0.01", true},
+		{[]byte("f"), false}, {[]byte("0.000"), false}, {[]byte("1.5"), true},
+		{time.Unix(0, 0), true},
+	} {
+		if got := truthy(tc.v); got != tc.want {
+			t.Errorf("truthy(%#v) = %v", tc.v, got)
+		}
+	}
+}
+
+func TestClassifyPostgres(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		err   error
+		query bool
+		want  Reason
+	}{
+		{&pq.Error{Code: "28P01"}, false, ReasonAuth},
+		{&pq.Error{Code: "28000"}, false, ReasonAuth},
+		{&pq.Error{Code: "3D000"}, false, ReasonDBMissing},
+		{&pq.Error{Code: "53300"}, false, ReasonTooManyConnections},
+		{&pq.Error{Code: "57P03"}, false, ReasonUnavailable},
+		{&pq.Error{Code: "57P01"}, true, ReasonUnavailable},
+		{&pq.Error{Code: "57014"}, true, ReasonTimeout},
+		{&pq.Error{Code: "42601"}, true, ReasonQueryError},
+		{&pq.Error{Code: "22012"}, true, ReasonQueryError},
+		{&pq.Error{Code: "0A000"}, false, ReasonError},
+		{fmt.Errorf("wrapped: %w", &pq.Error{Code: "28P01"}), false, ReasonAuth},
+		{driver.ErrBadConn, true, ReasonReset},
+		{errors.New("pq: unexpected message"), true, ReasonQueryError},
+		{errors.New("pq: unknown authentication response"), false, ReasonError},
+		{&protocolError{"not postgres"}, false, ReasonProtocol},
+		{&tlsPhaseError{errors.New("no TLS")}, false, ReasonTLS},
+	} {
+		if got := classifyPostgres(ctx, tc.err, tc.query); got != tc.want {
+			t.Errorf("classifyPostgres(%v, query=%v) = %s, want %s", tc.err, tc.query, got, tc.want)
+		}
+	}
+}
+
+func TestPostgreSQLConnectionErrors(t *testing.T) {
+	for _, mode := range []string{SSLDisable, SSLRequire} {
+		t.Run(mode, func(t *testing.T) {
+			p := newPG(t, PostgreSQLConfig{SSLMode: mode})
+			wantReason(t, p.Probe(ctxTimeout(t, 5*time.Second), refusedTarget(t, "tcp6", "::1")), Failure, ReasonRefused)
+
+			const timeout = 300 * time.Millisecond
+			res := p.Probe(ctxTimeout(t, timeout), silentListener(t, "tcp4", "127.0.0.1"))
+			wantReason(t, res, Failure, ReasonTimeout)
+			if res.Latency < timeout/2 || res.Latency > timeout+5*time.Second {
+				t.Errorf("latency %v for a %v deadline", res.Latency, timeout)
+			}
+
+			// An HTTP server on the port: it answers the startup
+			// packet (or the TLS request) with a 400. pq alone would
+			// read "HTTP/" as a message header and allocate 1.4 GB.
+			l := listen(t, "tcp4", "127.0.0.1")
+			serve(t, l, func(c net.Conn) {
+				_, _ = c.Read(make([]byte, 1024))
+				_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+				c.Close()
+			})
+			res = p.Probe(ctxTimeout(t, 5*time.Second), targetOf(t, l))
+			want := ReasonProtocol
+			if mode != SSLDisable {
+				want = ReasonTLS // an unexpected answer to the TLS request
+			}
+			wantReason(t, res, Failure, want)
+		})
+	}
+}
+
+func TestPostgreSQLBackend(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backend *pgBackend
+		cfg     PostgreSQLConfig
+		want    Reason
+		message string
+	}{
+		{"true", &pgBackend{column: &pgColumn{16, text("t")}}, PostgreSQLConfig{}, ReasonOK, "query returned true"},
+		{"false", &pgBackend{column: &pgColumn{16, text("f")}}, PostgreSQLConfig{}, ReasonQueryFalse, "postgresql: query returned false"},
+		{"NULL", &pgBackend{column: &pgColumn{25, nil}}, PostgreSQLConfig{}, ReasonQueryFalse, "postgresql: query returned NULL"},
+		{"zero", &pgBackend{column: &pgColumn{23, text("0")}}, PostgreSQLConfig{}, ReasonQueryFalse, "postgresql: query returned 0"},
+		{"text", &pgBackend{column: &pgColumn{25, text("primary")}}, PostgreSQLConfig{}, ReasonOK, `query returned "primary"`},
+		{"numeric zero", &pgBackend{column: &pgColumn{1700, text("0.00")}}, PostgreSQLConfig{}, ReasonQueryFalse, `postgresql: query returned "0.00"`},
+		{"no columns", &pgBackend{}, PostgreSQLConfig{Query: "SET x = 1"}, ReasonOK, "query returned no row"},
+		{"password", &pgBackend{password: "right", column: &pgColumn{23, text("1")}}, PostgreSQLConfig{Password: "right"}, ReasonOK, "query returned 1"},
+		{"wrong password", &pgBackend{password: "right"}, PostgreSQLConfig{Password: "wrong"}, ReasonAuth, ""},
+		{"missing database", &pgBackend{fatal: "3D000"}, PostgreSQLConfig{}, ReasonDBMissing, ""},
+		{"too many connections", &pgBackend{fatal: "53300"}, PostgreSQLConfig{}, ReasonTooManyConnections, ""},
+		{"starting up", &pgBackend{fatal: "57P03"}, PostgreSQLConfig{}, ReasonUnavailable, ""},
+		{"query error", &pgBackend{queryError: "42P01"}, PostgreSQLConfig{}, ReasonQueryError, ""},
+		{"statement timeout", &pgBackend{queryError: "57014"}, PostgreSQLConfig{}, ReasonTimeout, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := tc.backend.start(t)
+			tc.cfg.DBName, tc.cfg.User, tc.cfg.ApplicationName = "app", "prober", "my-probe"
+			res := newPG(t, tc.cfg).Probe(ctxTimeout(t, 5*time.Second), target)
+			if res.Reason != tc.want || (tc.message != "" && res.Message != tc.message) {
+				t.Fatalf("got %v, want %s: %s", res, tc.want, tc.message)
+			}
+			conns, startup, query, _ := tc.backend.snapshot()
+			if conns != 1 {
+				t.Errorf("%d connections, want 1", conns)
+			}
+			if startup["user"] != "prober" || startup["database"] != "app" || startup["application_name"] != "my-probe" {
+				t.Errorf("startup parameters %v", startup)
+			}
+			if st := startup["statement_timeout"]; st == "" || st == "0" || len(st) > 4 {
+				t.Errorf("statement_timeout %q for a 5s deadline", st)
+			}
+			if want := tc.cfg.Query; want != "" && query != want {
+				t.Errorf("query %q, want %q", query, want)
+			}
+		})
+	}
+}
+
+func TestPostgreSQLQueryTimeout(t *testing.T) {
+	backend := &pgBackend{stall: true}
+	target := backend.start(t)
+	const timeout = 300 * time.Millisecond
+	res := newPG(t, PostgreSQLConfig{}).Probe(ctxTimeout(t, timeout), target)
+	wantReason(t, res, Failure, ReasonTimeout)
+	if res.Latency < timeout/2 || res.Latency > timeout+5*time.Second {
+		t.Errorf("latency %v for a %v deadline", res.Latency, timeout)
+	}
+	// The probe closed its connection, and opened no other to cancel.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		conns, _, _, ended := backend.snapshot()
+		if ended != "" {
+			if conns != 1 || ended != "eof" {
+				t.Errorf("%d connections, the session ended with %q", conns, ended)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session is still open")
+		}
+	}
+}
+
+func TestPostgreSQLCanceled(t *testing.T) {
+	backend := &pgBackend{stall: true}
+	target := backend.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	time.AfterFunc(100*time.Millisecond, cancel)
+	res := newPG(t, PostgreSQLConfig{}).Probe(ctx, target)
+	wantReason(t, res, Failure, ReasonCanceled)
+	if res.Latency > 30*time.Second {
+		t.Errorf("the canceled probe took %v", res.Latency)
+	}
+}
+
+func TestPostgreSQLTLS(t *testing.T) {
+	serverCA := newCA(t, "server CA")
+	otherCA := newCA(t, "other CA")
+	clientCA := newCA(t, "client CA")
+	serverCert, _, _ := serverCA.issue(t, "db.example.test", "127.0.0.1")
+	_, clientPEM, clientKey := clientCA.issue(t, "prober")
+	clientPool := x509.NewCertPool()
+	clientPool.AddCert(clientCA.cert)
+
+	for _, tc := range []struct {
+		name       string
+		clientAuth tls.ClientAuthType
+		cfg        PostgreSQLConfig
+		want       Reason
+		sni        string
+	}{
+		{"require", 0, PostgreSQLConfig{SSLMode: SSLRequire}, ReasonOK, ""},
+		{"require with the CA", 0, PostgreSQLConfig{SSLMode: SSLRequire, CACert: serverCA.pem}, ReasonOK, ""},
+		{"require with another CA", 0, PostgreSQLConfig{SSLMode: SSLRequire, CACert: otherCA.pem}, ReasonTLS, ""},
+		{"verify-ca", 0, PostgreSQLConfig{SSLMode: SSLVerifyCA, CACert: serverCA.pem, ServerName: "any.example.test"}, ReasonOK, "any.example.test"},
+		{"verify-ca with another CA", 0, PostgreSQLConfig{SSLMode: SSLVerifyCA, CACert: otherCA.pem}, ReasonTLS, ""},
+		{"verify-full by name", 0, PostgreSQLConfig{SSLMode: SSLVerifyFull, CACert: serverCA.pem, ServerName: "db.example.test"}, ReasonOK, "db.example.test"},
+		{"verify-full by IP", 0, PostgreSQLConfig{SSLMode: SSLVerifyFull, CACert: serverCA.pem}, ReasonOK, ""},
+		{"verify-full wrong name", 0, PostgreSQLConfig{SSLMode: SSLVerifyFull, CACert: serverCA.pem, ServerName: "other.example.test"}, ReasonTLS, "other.example.test"},
+		{"verify-full system roots", 0, PostgreSQLConfig{SSLMode: SSLVerifyFull, ServerName: "db.example.test"}, ReasonTLS, "db.example.test"},
+		{"client certificate", tls.RequireAndVerifyClientCert, PostgreSQLConfig{SSLMode: SSLVerifyFull, CACert: serverCA.pem, ClientCert: clientPEM, ClientKey: clientKey}, ReasonOK, ""},
+		{"client certificate missing", tls.RequireAndVerifyClientCert, PostgreSQLConfig{SSLMode: SSLVerifyFull, CACert: serverCA.pem}, ReasonTLS, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			backend := &pgBackend{
+				tls:    &tls.Config{Certificates: []tls.Certificate{serverCert}, ClientAuth: tc.clientAuth, ClientCAs: clientPool},
+				column: &pgColumn{16, text("t")},
+			}
+			target := backend.start(t)
+			res := newPG(t, tc.cfg).Probe(ctxTimeout(t, 5*time.Second), target)
+			if res.Reason != tc.want {
+				t.Fatalf("got %v, want %s", res, tc.want)
+			}
+			backend.mu.Lock()
+			defer backend.mu.Unlock()
+			if res.Passed() && backend.sni != tc.sni {
+				t.Errorf("SNI %q, want %q", backend.sni, tc.sni)
+			}
+			if tc.cfg.ClientCert != nil && res.Passed() && (len(backend.peer) == 0 || backend.peer[0].Subject.CommonName != "prober") {
+				t.Errorf("the server did not get the client certificate")
+			}
+		})
+	}
+
+	// A server without TLS.
+	backend := &pgBackend{column: &pgColumn{16, text("t")}}
+	res := newPG(t, PostgreSQLConfig{SSLMode: SSLRequire}).Probe(ctxTimeout(t, 5*time.Second), backend.start(t))
+	wantReason(t, res, Failure, ReasonTLS)
+	if !strings.Contains(res.Message, "does not accept TLS") {
+		t.Errorf("message %q", res.Message)
+	}
+}
+
+// TestPostgreSQLDialer checks that the injected dialer opens the one
+// connection, to the bracketed IPv6 address.
+func TestPostgreSQLDialer(t *testing.T) {
+	var addresses []string
+	d := dialerFunc(func(ctx context.Context, network, address string) (net.Conn, error) {
+		addresses = append(addresses, network+" "+address)
+		return nil, errors.New("no network here")
+	})
+	res := newPG(t, PostgreSQLConfig{Dialer: d}).Probe(context.Background(), Target{Host: "::1", Port: 5432})
+	wantReason(t, res, Failure, ReasonError)
+	if len(addresses) != 1 || addresses[0] != "tcp [::1]:5432" {
+		t.Errorf("dialed %q", addresses)
+	}
+}

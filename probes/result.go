@@ -1,0 +1,147 @@
+package probes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout bounds a probe whose context carries no deadline. It matches
+// the default timeoutSeconds of Kubernetes probes.
+const DefaultTimeout = time.Second
+
+// Status is the outcome of one probe.
+type Status uint8
+
+// The statuses. The zero value, Unknown, means "no result yet"; probers
+// never return it.
+const (
+	Unknown Status = iota
+	Success
+	Failure
+)
+
+// String returns "unknown", "success" or "failure".
+func (s Status) String() string {
+	switch s {
+	case Success:
+		return "success"
+	case Failure:
+		return "failure"
+	default:
+		return "unknown"
+	}
+}
+
+// Reason is a short, stable, machine-readable cause of a result, suitable as
+// a metric label. Messages are for humans and may change; reasons do not.
+type Reason string
+
+// The reasons. A successful result always carries ReasonOK.
+const (
+	ReasonOK Reason = "ok"
+
+	// Connection-level reasons, shared by every prober.
+	ReasonRefused     Reason = "refused"     // nothing listens on the port (RST to SYN)
+	ReasonTimeout     Reason = "timeout"     // the deadline passed (connect, handshake, response or query)
+	ReasonCanceled    Reason = "canceled"    // the context was canceled before the probe finished
+	ReasonDNS         Reason = "dns"         // the target host name did not resolve
+	ReasonReset       Reason = "reset"       // the peer reset or closed the connection mid-probe
+	ReasonUnreachable Reason = "unreachable" // no route to the host or network
+	ReasonTLS         Reason = "tls"         // TLS handshake or certificate verification failed
+	ReasonProtocol    Reason = "protocol"    // the server did not speak the expected protocol
+
+	// HTTP.
+	ReasonHTTPStatus Reason = "http-status" // the response status is not an expected one
+
+	// PostgreSQL.
+	ReasonAuth               Reason = "auth"                 // authentication failed (SQLSTATE 28000, 28P01)
+	ReasonDBMissing          Reason = "db-missing"           // the database does not exist (3D000)
+	ReasonTooManyConnections Reason = "too-many-connections" // no connection slot left (53300)
+	ReasonUnavailable        Reason = "unavailable"          // starting up, shutting down or in recovery (57P0x)
+	ReasonQueryError         Reason = "query-error"          // the query failed
+	ReasonQueryFalse         Reason = "query-false"          // the query's first column is false
+
+	ReasonInvalidTarget Reason = "invalid-target" // the Target itself is malformed
+	ReasonError         Reason = "error"          // anything else; see Message and Err
+)
+
+// Result says what one probe found.
+type Result struct {
+	Status  Status
+	Reason  Reason
+	Message string        // human-readable detail; never empty
+	Latency time.Duration // from the start of the probe to its end, close included
+	Err     error         // the underlying error of a failure, for errors.Is/As; nil on success
+}
+
+// Passed reports whether the result is a success.
+func (r Result) Passed() bool { return r.Status == Success }
+
+// String formats the result for logs, e.g. "failure (refused, 1.2ms): dial
+// tcp 10.0.0.1:80: connect: connection refused".
+func (r Result) String() string {
+	return fmt.Sprintf("%s (%s, %s): %s", r.Status, r.Reason, r.Latency, r.Message)
+}
+
+// Target is the endpoint one probe checks.
+type Target struct {
+	// Host is an IP address or a DNS name. IPv6 addresses are written
+	// without brackets ("::1"); brackets are added where the syntax needs
+	// them.
+	Host string
+	// Port is the TCP port, 1 to 65535.
+	Port int
+}
+
+// TargetFrom returns the Target of an address and port.
+func TargetFrom(ap netip.AddrPort) Target {
+	return Target{Host: ap.Addr().String(), Port: int(ap.Port())}
+}
+
+// Addr returns "host:port", with IPv6 hosts bracketed, as net.Dial expects.
+func (t Target) Addr() string {
+	return net.JoinHostPort(t.Host, strconv.Itoa(t.Port))
+}
+
+// String is Addr.
+func (t Target) String() string { return t.Addr() }
+
+// Validate reports whether the target can be dialed at all.
+func (t Target) Validate() error {
+	switch {
+	case t.Host == "":
+		return errors.New("probes: target host is empty")
+	case strings.ContainsAny(t.Host, "[]/@ \t\r\n"):
+		// Brackets would be doubled by Addr; '/' and '@' would turn the
+		// host into a path or userinfo in URLs and a socket path for pq.
+		return fmt.Errorf("probes: invalid target host %q", t.Host)
+	case t.Port < 1 || t.Port > 65535:
+		return fmt.Errorf("probes: target port %d out of range 1-65535", t.Port)
+	}
+	return nil
+}
+
+// begin starts a probe: it records the start time, applies DefaultTimeout
+// when ctx has no deadline, and validates the target.
+func begin(ctx context.Context, t Target) (context.Context, context.CancelFunc, time.Time, error) {
+	start := time.Now()
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
+	}
+	return ctx, cancel, start, t.Validate()
+}
+
+func pass(start time.Time, msg string) Result {
+	return Result{Status: Success, Reason: ReasonOK, Message: msg, Latency: time.Since(start)}
+}
+
+func fail(start time.Time, reason Reason, err error) Result {
+	return Result{Status: Failure, Reason: reason, Message: err.Error(), Latency: time.Since(start), Err: err}
+}
