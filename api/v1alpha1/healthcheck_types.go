@@ -46,9 +46,12 @@ const (
 
 // Probe is one active check. Exactly the sub-object named by Mode is set.
 //
-// +kubebuilder:validation:XValidation:rule="self.mode == 'TCP' ? has(self.tcp) : !has(self.tcp)",message="tcp must be set exactly when mode is TCP",fieldPath=.tcp
-// +kubebuilder:validation:XValidation:rule="self.mode == 'HTTP' ? has(self.http) : !has(self.http)",message="http must be set exactly when mode is HTTP",fieldPath=.http
-// +kubebuilder:validation:XValidation:rule="self.mode == 'PostgreSQL' ? has(self.postgreSQL) : !has(self.postgreSQL)",message="postgreSQL must be set exactly when mode is PostgreSQL",fieldPath=.postgreSQL
+// +kubebuilder:validation:XValidation:rule="self.mode != 'TCP' || has(self.tcp)",message="tcp is required when mode is TCP",fieldPath=.tcp
+// +kubebuilder:validation:XValidation:rule="!has(self.tcp) || self.mode == 'TCP'",message="tcp may only be set when mode is TCP",fieldPath=.tcp
+// +kubebuilder:validation:XValidation:rule="self.mode != 'HTTP' || has(self.http)",message="http is required when mode is HTTP",fieldPath=.http
+// +kubebuilder:validation:XValidation:rule="!has(self.http) || self.mode == 'HTTP'",message="http may only be set when mode is HTTP",fieldPath=.http
+// +kubebuilder:validation:XValidation:rule="self.mode != 'PostgreSQL' || has(self.postgreSQL)",message="postgreSQL is required when mode is PostgreSQL",fieldPath=.postgreSQL
+// +kubebuilder:validation:XValidation:rule="!has(self.postgreSQL) || self.mode == 'PostgreSQL'",message="postgreSQL may only be set when mode is PostgreSQL",fieldPath=.postgreSQL
 type Probe struct {
 	// Mode is the kind of probe: TCP, HTTP or PostgreSQL.
 	// +required

@@ -17,9 +17,11 @@ import (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "_out/sandbox/kubeconfig", "where to write the kubeconfig")
-	once := flag.Bool("once", false, "start, print the kubeconfig path, then stop (a smoke check)")
-	flag.Parse()
+	// A flag set of its own: controller-runtime registers -kubeconfig globally.
+	flags := flag.NewFlagSet("swh-sandbox", flag.ExitOnError)
+	kubeconfig := flags.String("kubeconfig", "_out/sandbox/kubeconfig", "where to write the kubeconfig")
+	once := flags.Bool("once", false, "start, print the kubeconfig path, then stop (a smoke check)")
+	_ = flags.Parse(os.Args[1:])
 	if err := run(*kubeconfig, *once); err != nil {
 		fmt.Fprintln(os.Stderr, "swh-sandbox:", err)
 		os.Exit(1)
