@@ -489,3 +489,36 @@ func BenchmarkBuild(b *testing.B) {
 		}
 	}
 }
+
+// TestBuildNamesUnique: distinct parts can spell the same name (port "x" on
+// node "c2" has a second chunk "web-x-c2-c2", port "x-c2" has "web-x-c2-c2");
+// Build still returns distinct names, the same ones every time.
+func TestBuildNamesUnique(t *testing.T) {
+	svc := testService(svcPort("x", 1, num(1)), svcPort("x-c2", 2, num(2)))
+	onC2 := func(p *corev1.Pod) { p.Spec.NodeName = "c2" }
+	pods := []PodVerdicts{
+		{testPod("a", []string{"10.0.0.1"}, onC2), verdicts(pass(1), pass(2))},
+		{testPod("b", []string{"10.0.0.2"}, onC2), verdicts(pass(1), PortVerdict{})},
+	}
+	var first []string
+	for range 2 {
+		got, err := Build(svc, Node{Name: "c2"}, pods, Options{MaxEndpointsPerSlice: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := names(got)
+		if len(names) != 3 || len(slices.Compact(slices.Clone(names))) != 3 {
+			t.Fatalf("names %v", names)
+		}
+		for i := range got {
+			checkSlice(t, &got[i])
+		}
+		if first != nil && !slices.Equal(first, names) {
+			t.Errorf("names %v then %v", first, names)
+		}
+		first = names
+	}
+	if !slices.Contains(first, "web-x-c2") || !slices.Contains(first, "web-x-c2-c2") {
+		t.Errorf("names %v", first)
+	}
+}

@@ -26,8 +26,9 @@ var ErrInvalid = errors.New("invalid input")
 //
 // Probes compare by port number only: a probe on 53 checks both a TCP and a
 // UDP Service port whose targetPort is 53. A probe whose name resolves to no
-// port of a pod checks no port there, so it gates the whole pod: it cannot
-// pass, and the misconfiguration shows instead of being ignored.
+// port of a pod checks no port there, so it gates the whole pod: a probe
+// that cannot run should count as failing, and the misconfiguration then
+// shows instead of being ignored.
 type Grouping struct {
 	ports     []groupPort
 	numProbes int

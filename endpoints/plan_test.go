@@ -467,3 +467,22 @@ func FuzzPlan(f *testing.F) {
 		checkConverges(t, scope1, existing, desired, Options{}, rounds)
 	})
 }
+
+// TestFreeNameLong: an alternative to a 253-character name stays within the
+// limit and valid.
+func TestFreeNameLong(t *testing.T) {
+	long := strings.Repeat("a", 240) + "." + strings.Repeat("b", 12)
+	got := freeName(long, "salt", func(string) bool { return false })
+	if len(got) > 253 || len(validation.IsDNS1123Subdomain(got)) > 0 || !strings.HasPrefix(got, long[:244]+"-") {
+		t.Errorf("freeName = %q (%d characters)", got, len(got))
+	}
+	tries := 0
+	second := freeName("web", "salt", func(string) bool { tries++; return tries < 3 })
+	// A cut that ends on "." or "-" loses it.
+	if got := freeName(strings.Repeat("a", 243)+".b", "s", func(string) bool { return false }); !strings.HasPrefix(got, strings.Repeat("a", 243)+"-") {
+		t.Errorf("freeName = %q", got)
+	}
+	if second == freeName("web", "salt", func(string) bool { return false }) || tries != 3 {
+		t.Errorf("taken alternatives are skipped: %q after %d tries", second, tries)
+	}
+}
