@@ -31,6 +31,7 @@ generate: ## Regenerate deepcopy code and the CRD.
 	@hack/build-tools.sh controller-gen
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=api/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=swh-controller paths=./controller/... output:rbac:artifacts:config=deploy/rbac/controller
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.

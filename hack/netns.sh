@@ -9,16 +9,18 @@
 #     never routed anywhere). Nothing is
 #     linked to the host, so no packet can leave the machine.
 # As root it uses `unshare -n`; otherwise `unshare -rn` (a user namespace),
-# where the kernel allows it. The namespace disappears with its last process.
+# where the kernel allows it. A PID namespace comes with it: when COMMAND
+# ends, the kernel kills every process it left (an API server a crashed test
+# did not stop), and the network namespace disappears with them.
 #
 # usage: hack/netns.sh COMMAND [ARG...]
 set -euo pipefail
 
 if [ "${SWH_NETNS:-}" != "1" ]; then
   if [ "$(id -u)" = 0 ]; then
-    exec unshare --net -- env SWH_NETNS=1 "$0" "$@"
+    exec unshare --net --pid --fork --mount-proc -- env SWH_NETNS=1 "$0" "$@"
   fi
-  exec unshare --map-root-user --net -- env SWH_NETNS=1 SWH_NETNS_ROOTLESS=1 "$0" "$@"
+  exec unshare --map-root-user --net --pid --fork --mount-proc -- env SWH_NETNS=1 SWH_NETNS_ROOTLESS=1 "$0" "$@"
 fi
 
 ip link set lo up

@@ -109,7 +109,9 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err)
+		// Start leaves the processes running when a later step (installing
+		// the CRD) fails.
+		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err), env.Stop())
 	}
 	cp := &ControlPlane{env: env, Config: cfg, Scheme: scheme}
 	cp.Client, err = client.New(cfg, client.Options{Scheme: scheme})

@@ -1,0 +1,149 @@
+// Package app assembles swh-controller: a controller-runtime manager with
+// leader election, health endpoints, metrics and the reconciler. The binary
+// and the tests both start the controller through Run.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/controller/reconciler"
+	"github.com/swh-dev/swh/endpoints"
+)
+
+// FieldOwner is the controller's field manager on the child Services.
+const FieldOwner = "swh-controller"
+
+// Options configure the controller.
+type Options struct {
+	// MetricsAddr serves /metrics; "0" disables it.
+	MetricsAddr string
+	// HealthAddr serves /healthz and /readyz; "0" disables it.
+	HealthAddr string
+	// LeaderElection makes only one replica act at a time.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease; required with LeaderElection
+	// when not running in a cluster.
+	LeaderElectionNamespace string
+	// LeaderElectionID names the Lease; defaults to "swh-controller".
+	LeaderElectionID string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
+	// zero values take controller-runtime's defaults.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// MaxConcurrentReconciles defaults to 4.
+	MaxConcurrentReconciles int
+	// Registry receives the metrics; controller-runtime's registry when nil.
+	Registry metrics.RegistererGatherer
+}
+
+// NewScheme returns the types the controller reads and writes.
+func NewScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("adding core types: %w", err)
+	}
+	if err := swhv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("adding swh types: %w", err)
+	}
+	return scheme, nil
+}
+
+// NewManager builds the manager with the reconciler registered.
+func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	if opts.LeaderElectionID == "" {
+		opts.LeaderElectionID = "swh-controller"
+	}
+	registry := opts.Registry
+	if registry == nil {
+		registry = metrics.Registry
+	}
+	agentSlices := labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy})
+	mgrOpts := ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
+		HealthProbeBindAddress:  opts.HealthAddr,
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+		LeaderElectionID:        opts.LeaderElectionID,
+		// The next leader starts at once instead of waiting for the lease.
+		LeaderElectionReleaseOnCancel: true,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only the agents' slices: the cluster's other slices are none
+			// of the controller's business and would fill its memory.
+			&discoveryv1.EndpointSlice{}: {Label: agentSlices},
+		}},
+	}
+	if opts.LeaseDuration > 0 {
+		mgrOpts.LeaseDuration = &opts.LeaseDuration
+	}
+	if opts.RenewDeadline > 0 {
+		mgrOpts.RenewDeadline = &opts.RenewDeadline
+	}
+	if opts.RetryPeriod > 0 {
+		mgrOpts.RetryPeriod = &opts.RetryPeriod
+	}
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	m, err := reconciler.NewMetrics(registry)
+	if err != nil {
+		return nil, err
+	}
+	r := &reconciler.Reconciler{
+		Client:     mgr.GetClient(),
+		APIReader:  mgr.GetAPIReader(),
+		Recorder:   mgr.GetEventRecorder(FieldOwner),
+		FieldOwner: FieldOwner,
+		Metrics:    m,
+	}
+	if err := r.SetupWithManager(mgr, reconciler.SetupOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
+		return nil, fmt.Errorf("registering the reconciler: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the health check: %w", err)
+	}
+	// Ready once the caches have synced: before that, a reconcile would
+	// see no slices and write an empty status.
+	if err := mgr.AddReadyzCheck("caches", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return errors.New("caches not synced")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding the readiness check: %w", err)
+	}
+	return mgr, nil
+}
+
+// Run starts the controller and blocks until ctx ends.
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	mgr, err := NewManager(cfg, opts)
+	if err != nil {
+		return err
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}

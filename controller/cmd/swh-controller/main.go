@@ -1,0 +1,40 @@
+// Command swh-controller runs the ServiceWithHealthchecks controller: it
+// keeps the selector-less child Service of every resource, removes slices
+// nobody will update and writes the status. Run one active replica per
+// cluster (leader election picks it).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/swh-dev/swh/controller/app"
+)
+
+func main() {
+	var opts app.Options
+	fs := flag.NewFlagSet("swh-controller", flag.ExitOnError)
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables them")
+	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one active replica through a Lease")
+	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (defaults to the pod's namespace in a cluster)")
+	fs.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "resources reconciled in parallel")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "swh-controller: finding the cluster:", err)
+		os.Exit(1)
+	}
+	if err := app.Run(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "swh-controller:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,91 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+)
+
+const (
+	// builtinManagedBy marks the slices of the built-in EndpointSlice controller.
+	builtinManagedBy = "endpointslice-controller.k8s.io"
+	// skipMirrorLabel marks Endpoints the built-in Endpoints controller
+	// manages (the mirroring controller skips them).
+	skipMirrorLabel = "endpointslice.kubernetes.io/skip-mirror"
+)
+
+// removeSelector drops the selector of a Service being adopted. The
+// built-in controller then stops updating its slices but leaves them in
+// place, so traffic keeps flowing to the old endpoints until the agents
+// publish theirs (finishAdoption removes the old ones then).
+func (r *Reconciler) removeSelector(ctx context.Context, svc *corev1.Service) error {
+	if len(svc.Spec.Selector) == 0 {
+		return nil
+	}
+	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"selector":null}}`))
+	if err := r.Client.Patch(ctx, svc, patch, client.FieldOwner(r.FieldOwner)); err != nil {
+		r.Metrics.serviceWrite("error")
+		return fmt.Errorf("removing the selector of Service %s/%s: %w", svc.Namespace, svc.Name, err)
+	}
+	r.Metrics.serviceWrite("ok")
+	log.FromContext(ctx).Info("removed the selector of the adopted Service")
+	return nil
+}
+
+// finishAdoption deletes the built-in controller's slices (and Endpoints)
+// of an adopted Service once agent slices with a ready endpoint exist, or at
+// once when the resource selects no pod at all, and then reports the
+// Service as synced.
+func (r *Reconciler) finishAdoption(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, agentSlices []discoveryv1.EndpointSlice, cond metav1.Condition) (metav1.Condition, error) {
+	ready := false
+	for i := range agentSlices {
+		for _, ep := range agentSlices[i].Endpoints {
+			ready = ready || ep.Conditions.Ready == nil || *ep.Conditions.Ready
+		}
+	}
+	if !ready {
+		pods := &corev1.PodList{}
+		if err := r.APIReader.List(ctx, pods, client.InNamespace(swh.Namespace),
+			client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(swh.Spec.Selector)}, client.Limit(1)); err != nil {
+			return cond, fmt.Errorf("listing the pods of %s/%s: %w", swh.Namespace, swh.Name, err)
+		}
+		if len(pods.Items) > 0 {
+			return cond, nil // wait: the slices' events bring the resource back
+		}
+	}
+	old := &discoveryv1.EndpointSliceList{}
+	if err := r.APIReader.List(ctx, old, client.InNamespace(swh.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: swh.Name,
+		discoveryv1.LabelManagedBy:   builtinManagedBy,
+	}); err != nil {
+		return cond, fmt.Errorf("listing the built-in slices of %s/%s: %w", swh.Namespace, swh.Name, err)
+	}
+	for i := range old.Items {
+		if err := r.Client.Delete(ctx, &old.Items[i]); client.IgnoreNotFound(err) != nil {
+			return cond, fmt.Errorf("deleting the built-in slice %s: %w", old.Items[i].Name, err)
+		}
+		r.Metrics.sliceCollected()
+	}
+	ep := &corev1.Endpoints{} //nolint:staticcheck // the deprecated object the built-in controller also left behind
+	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), ep)
+	if client.IgnoreNotFound(err) != nil {
+		return cond, fmt.Errorf("reading the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
+	}
+	if err == nil && ep.Labels[skipMirrorLabel] == "true" {
+		if err := r.Client.Delete(ctx, ep); client.IgnoreNotFound(err) != nil {
+			return cond, fmt.Errorf("deleting the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
+		}
+	}
+	log.FromContext(ctx).Info("adoption finished: removed the built-in controller's slices", "slices", len(old.Items))
+	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonServiceSynced
+	cond.Message = fmt.Sprintf("Service %s adopted; %d built-in EndpointSlices removed", swh.Name, len(old.Items))
+	return cond, nil
+}

@@ -1,0 +1,148 @@
+package reconciler
+
+import (
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+)
+
+// Condition reasons.
+const (
+	ReasonServiceSynced         = "Synced"
+	ReasonServiceConflict       = "ServiceNotOwned"
+	ReasonServiceRejected       = "ServiceRejected"
+	ReasonServiceError          = "ServiceError"
+	ReasonAdopting              = "Adopting"
+	ReasonEndpointsReady        = "EndpointsReady"
+	ReasonSomeEndpointsNotReady = "SomeEndpointsNotReady"
+	ReasonNoReadyEndpoints      = "NoReadyEndpoints"
+	ReasonNoEndpoints           = "NoEndpoints"
+)
+
+// endpointKey identifies a pod in slices: its UID when the agent set a
+// target reference, else its address.
+func endpointKey(ep *discoveryv1.Endpoint) string {
+	if ep.TargetRef != nil && ep.TargetRef.UID != "" {
+		return string(ep.TargetRef.UID)
+	}
+	if len(ep.Addresses) > 0 {
+		return ep.Addresses[0]
+	}
+	return ""
+}
+
+// portCounts aggregates the agents' slices of one resource: per port name,
+// the pods published and the pods ready. A dual-stack pod appears in two
+// slices of a port and counts once.
+type portCounts struct {
+	total map[string]map[string]bool // port name -> pod -> ready on that port
+}
+
+func countSlices(slices []discoveryv1.EndpointSlice) portCounts {
+	pc := portCounts{total: map[string]map[string]bool{}}
+	for i := range slices {
+		s := &slices[i]
+		if len(s.Ports) == 0 {
+			continue
+		}
+		port := ""
+		if s.Ports[0].Name != nil {
+			port = *s.Ports[0].Name
+		}
+		pods := pc.total[port]
+		if pods == nil {
+			pods = map[string]bool{}
+			pc.total[port] = pods
+		}
+		for j := range s.Endpoints {
+			ep := &s.Endpoints[j]
+			key := endpointKey(ep)
+			if key == "" {
+				continue
+			}
+			// Ready on the port when ready in any of its families' slices.
+			pods[key] = pods[key] || ep.Conditions.Ready == nil || *ep.Conditions.Ready
+		}
+	}
+	return pc
+}
+
+// computeStatus builds the status from the child Service and the slices.
+// Conditions already set on the resource keep their transition times.
+func computeStatus(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, slices []discoveryv1.EndpointSlice, serviceCond metav1.Condition) swhv1alpha1.ServiceWithHealthchecksStatus {
+	st := swhv1alpha1.ServiceWithHealthchecksStatus{
+		ObservedGeneration: swh.Generation,
+		Conditions:         append([]metav1.Condition(nil), swh.Status.Conditions...),
+	}
+	if svc != nil && ownedBy(svc, swh) {
+		st.ClusterIP = svc.Spec.ClusterIP
+		st.ClusterIPs = append([]string(nil), svc.Spec.ClusterIPs...)
+		st.LoadBalancer = *svc.Status.LoadBalancer.DeepCopy()
+	}
+	counts := countSlices(slices)
+	all := map[string]bool{}       // every pod published on any port
+	readyAll := map[string]int{}   // pod -> number of ports it is ready on
+	for _, p := range swh.Spec.Ports {
+		pods := counts.total[p.Name]
+		ps := swhv1alpha1.PortStatus{Name: p.Name, Port: p.Port, Protocol: p.Protocol}
+		if ps.Protocol == "" {
+			ps.Protocol = corev1.ProtocolTCP
+		}
+		for pod, ready := range pods {
+			all[pod] = true
+			ps.TotalEndpoints++
+			if ready {
+				ps.ReadyEndpoints++
+				readyAll[pod]++
+			}
+		}
+		st.Ports = append(st.Ports, ps)
+	}
+	st.TotalEndpoints = int32(len(all))
+	for _, n := range readyAll {
+		if n == len(swh.Spec.Ports) {
+			st.ReadyEndpoints++
+		}
+	}
+	st.Ready = fmt.Sprintf("%d/%d", st.ReadyEndpoints, st.TotalEndpoints)
+
+	serviceCond.ObservedGeneration = swh.Generation
+	meta.SetStatusCondition(&st.Conditions, serviceCond)
+	meta.SetStatusCondition(&st.Conditions, endpointsCondition(swh, st))
+	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
+	return st
+}
+
+func endpointsCondition(swh *swhv1alpha1.ServiceWithHealthchecks, st swhv1alpha1.ServiceWithHealthchecksStatus) metav1.Condition {
+	c := metav1.Condition{Type: swhv1alpha1.ConditionEndpointsAvailable, ObservedGeneration: swh.Generation}
+	anyReady := false
+	for _, p := range st.Ports {
+		anyReady = anyReady || p.ReadyEndpoints > 0
+	}
+	switch {
+	case st.TotalEndpoints == 0:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonNoEndpoints, "no pod is published yet"
+	case !anyReady:
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonNoReadyEndpoints, fmt.Sprintf("none of %d pods passes its probes", st.TotalEndpoints)
+	case st.ReadyEndpoints < st.TotalEndpoints:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonSomeEndpointsNotReady
+		c.Message = fmt.Sprintf("%d of %d pods ready on every port", st.ReadyEndpoints, st.TotalEndpoints)
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, ReasonEndpointsReady
+		c.Message = fmt.Sprintf("all %d pods ready", st.TotalEndpoints)
+	}
+	return c
+}
+
+// statusEqual compares two statuses, ignoring condition timestamps that
+// SetStatusCondition keeps stable anyway.
+func statusEqual(a, b swhv1alpha1.ServiceWithHealthchecksStatus) bool {
+	return equality.Semantic.DeepEqual(a, b)
+}
