@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -14,6 +15,10 @@ import (
 	"math/big"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +28,69 @@ import (
 // Every test talks to 127.0.0.1 or [::1] only, and must leave no goroutine
 // behind.
 func TestMain(m *testing.M) {
+	if os.Getenv(acceptorEnv) != "" {
+		runAcceptor()
+		return
+	}
 	goleak.VerifyTestMain(m)
+}
+
+// acceptorEnv makes the test binary a TCP server that accepts and closes
+// connections on loopback, for benchmarks that must not count the server's
+// CPU as the prober's.
+const acceptorEnv = "SWH_PROBES_TEST_ACCEPTOR"
+
+func runAcceptor() {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(l.Addr())
+	for range runtime.GOMAXPROCS(0) {
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent goes away
+}
+
+// startAcceptor runs runAcceptor in a child process and returns its address.
+func startAcceptor(t testing.TB) Target {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), acceptorEnv+"=1")
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	ap, err := netip.ParseAddrPort(strings.TrimSpace(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return TargetFrom(ap)
 }
 
 // loopbacks are the addresses the tests may use.
