@@ -33,7 +33,8 @@ type PostgreSQLConfig struct {
 	// User is the role to log in as; required (the prober never falls back
 	// to the name of the OS user, as libpq does).
 	User string
-	// Password may be empty for trust or certificate authentication.
+	// Password may be empty for trust or certificate authentication (lib/pq
+	// then looks for one in ~/.pgpass, as libpq does).
 	Password string
 	// Query runs once per probe; "SELECT 1" by default. The probe passes
 	// when it completes and, if it returns a row, the first column of the
