@@ -50,6 +50,8 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// Registry receives the metrics; controller-runtime's registry when nil.
 	Registry metrics.RegistererGatherer
+	// SkipNameValidation lets one process run several controllers (tests).
+	SkipNameValidation bool
 }
 
 // NewScheme returns the types the controller reads and writes.
@@ -92,6 +94,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			// of the controller's business and would fill its memory.
 			&discoveryv1.EndpointSlice{}: {Label: agentSlices},
 		}},
+	}
+	if opts.SkipNameValidation {
+		mgrOpts.Controller.SkipNameValidation = &opts.SkipNameValidation
 	}
 	if opts.LeaseDuration > 0 {
 		mgrOpts.LeaseDuration = &opts.LeaseDuration

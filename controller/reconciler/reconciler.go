@@ -107,6 +107,12 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 		adopting = true
 	}
 
+	// A spec the API server refused stays refused until the resource
+	// changes: retrying it on every event would only repeat the error.
+	if prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced); !adopting && prev != nil &&
+		prev.Reason == ReasonServiceRejected && prev.ObservedGeneration == swh.Generation {
+		return svc, *prev, nil
+	}
 	desired := desiredService(swh)
 	if svc != nil && !adopting {
 		upToDate, err := serviceUpToDate(svc, desired, r.FieldOwner)
@@ -121,7 +127,8 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 	// now belong to the resource.
 	if err := r.Client.Apply(ctx, desired, client.FieldOwner(r.FieldOwner), client.ForceOwnership); err != nil {
 		r.Metrics.serviceWrite("error")
-		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			log.FromContext(ctx).Info("the API server refused the child Service", "error", err.Error())
 			return svc, r.rejected(cond, err), nil
 		}
 		return nil, cond, fmt.Errorf("applying Service %s/%s: %w", swh.Namespace, swh.Name, err)
@@ -195,6 +202,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWi
 	updated := swh.DeepCopy()
 	updated.Status = status
 	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) {
+			// The cache was behind: the watch brings the newer object and
+			// another reconcile.
+			r.Metrics.statusWrite("conflict")
+			return nil
+		}
 		r.Metrics.statusWrite("error")
 		return fmt.Errorf("writing the status of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}

@@ -1,0 +1,239 @@
+// Package controller_test runs swh-controller against a real kube-apiserver:
+// the child Service, adoption, slice hygiene, status and leader election.
+// No kube-controller-manager runs here, so the garbage collector and the
+// built-in EndpointSlice controller are absent: tests write what they would.
+package controller_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/controller/app"
+	"github.com/swh-dev/swh/endpoints"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// controlPlane is shared by the package's tests; each works in its own
+// namespace and starts its own controller.
+var controlPlane *harness.ControlPlane
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	// The controller's errors show in the test output; info logs only with -v.
+	level := zapcore.ErrorLevel
+	if testing.Verbose() {
+		level = zapcore.InfoLevel
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := harness.StartControlPlane(ctx, harness.ControlPlaneOptions{
+		// Dual-stack, so dual-stack resources get both families.
+		ExtraAPIServerFlags: map[string]string{"service-cluster-ip-range": "10.0.0.0/24,fd00:10:96::/112"},
+	})
+	if err != nil {
+		if errors.Is(err, harness.ErrMissingDependency) && !harness.InCI() {
+			fmt.Println("skipping the controller suite:", err)
+			return 0
+		}
+		fmt.Println("starting the control plane:", err)
+		return 1
+	}
+	defer func() { _ = cp.Stop() }()
+	controlPlane = cp
+	return m.Run()
+}
+
+// controller is one running swh-controller with its own metrics registry.
+type controller struct {
+	registry *prometheus.Registry
+	stop     context.CancelFunc
+	done     chan error
+}
+
+// startController runs a controller until the test ends.
+func startController(t *testing.T, opts app.Options) *controller {
+	t.Helper()
+	c := &controller{registry: prometheus.NewRegistry(), done: make(chan error, 1)}
+	opts.Registry = c.registry
+	opts.SkipNameValidation = true
+	if opts.MetricsAddr == "" {
+		opts.MetricsAddr = "0"
+	}
+	if opts.HealthAddr == "" {
+		opts.HealthAddr = "0"
+	}
+	mgr, err := app.NewManager(controlPlane.Config, opts)
+	if err != nil {
+		t.Fatalf("creating the controller: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop = cancel
+	go func() { c.done <- mgr.Start(ctx) }()
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// Stop stops the controller and waits for it.
+func (c *controller) Stop() {
+	if c.stop == nil {
+		return
+	}
+	c.stop()
+	c.stop = nil
+	<-c.done
+}
+
+// counter returns the value of a counter, summed over its labels matching want.
+func (c *controller) counter(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
+	var gatherer prometheus.Gatherer = c.registry
+	if strings.HasPrefix(name, "controller_runtime_") {
+		gatherer = ctrlmetrics.Registry // controller-runtime's own metrics are process-wide
+	}
+	families, err := gatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if labelsMatch(m, want) {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+func labelsMatch(m *dto.Metric, want map[string]string) bool {
+	for k, v := range want {
+		found := false
+		for _, l := range m.GetLabel() {
+			found = found || (l.GetName() == k && l.GetValue() == v)
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// namespace creates a namespace for the test and deletes its resources at
+// the end, so later tests' controllers do not keep reconciling them.
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := controlPlane.TestNamespace(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = controlPlane.Client.DeleteAllOf(ctx, &swhv1alpha1.ServiceWithHealthchecks{}, client.InNamespace(ns))
+		_ = controlPlane.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(ns))
+		svcs := &corev1.ServiceList{}
+		if err := controlPlane.Client.List(ctx, svcs, client.InNamespace(ns)); err == nil {
+			for i := range svcs.Items {
+				_ = controlPlane.Client.Delete(ctx, &svcs.Items[i])
+			}
+		}
+	})
+	return ns
+}
+
+// newResource returns a resource with one HTTP port and a TCP probe.
+func newResource(ns, name string) *swhv1alpha1.ServiceWithHealthchecks {
+	return &swhv1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{
+			Ports:    []swhv1alpha1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			Selector: map[string]string{"app": name},
+			Healthcheck: &swhv1alpha1.Healthcheck{
+				PeriodSeconds: 5, InitialDelaySeconds: 0,
+				Probes: []swhv1alpha1.Probe{{Mode: swhv1alpha1.ProbeModeTCP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+					TCP: &swhv1alpha1.TCPProbe{TargetPort: intstr.FromInt32(8080)}}},
+			},
+		},
+	}
+}
+
+// eventually polls check until it returns nil or the timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %v: %v", what, timeout, err)
+}
+
+func getService(ctx context.Context, ns, name string) (*corev1.Service, error) {
+	svc := &corev1.Service{}
+	err := controlPlane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, svc)
+	return svc, err
+}
+
+func getResource(t *testing.T, ctx context.Context, ns, name string) *swhv1alpha1.ServiceWithHealthchecks {
+	t.Helper()
+	swh := &swhv1alpha1.ServiceWithHealthchecks{}
+	if err := controlPlane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swh); err != nil {
+		t.Fatal(err)
+	}
+	return swh
+}
+
+// agentSlice returns a slice as an agent would publish it for one port on one node.
+func agentSlice(ns, service, port, node string, family discoveryv1.AddressType, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	name := fmt.Sprintf("%s-%s-%s", service, port, node)
+	if family == discoveryv1.AddressTypeIPv6 {
+		name += "-v6"
+	}
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+			discoveryv1.LabelServiceName: service,
+			discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
+			endpoints.DefaultNodeLabel:   endpoints.NodeLabelValue(node),
+		}},
+		AddressType: family,
+		Endpoints:   eps,
+		Ports:       []discoveryv1.EndpointPort{{Name: new(port), Port: new(int32(8080)), Protocol: new(corev1.ProtocolTCP)}},
+	}
+}
+
+// endpoint returns an endpoint of pod with the given readiness.
+func endpoint(pod, uid, addr, node string, ready bool) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{
+		Addresses:  []string{addr},
+		Conditions: discoveryv1.EndpointConditions{Ready: new(ready), Serving: new(ready), Terminating: new(false)},
+		NodeName:   new(node),
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: pod, UID: types.UID(uid)},
+	}
+}
