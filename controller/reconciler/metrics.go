@@ -9,9 +9,9 @@ import (
 // Metrics counts what the reconciler writes. Reconcile outcomes and
 // durations come from controller-runtime's own controller metrics.
 type Metrics struct {
-	serviceWrites  *prometheus.CounterVec
-	statusWrites   *prometheus.CounterVec
-	slicesDeleted  prometheus.Counter
+	serviceWrites *prometheus.CounterVec
+	statusWrites  *prometheus.CounterVec
+	slicesDeleted prometheus.Counter
 }
 
 // NewMetrics creates the counters and registers them with reg.

@@ -87,8 +87,8 @@ func computeStatus(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service
 		st.LoadBalancer = *svc.Status.LoadBalancer.DeepCopy()
 	}
 	counts := countSlices(slices)
-	all := map[string]bool{}       // every pod published on any port
-	readyAll := map[string]int{}   // pod -> number of ports it is ready on
+	all := map[string]bool{}     // every pod published on any port
+	readyAll := map[string]int{} // pod -> number of ports it is ready on
 	for _, p := range swh.Spec.Ports {
 		pods := counts.total[p.Name]
 		ps := swhv1alpha1.PortStatus{Name: p.Name, Port: p.Port, Protocol: p.Protocol}

@@ -105,7 +105,9 @@ func TestServiceFieldsCarriedOver(t *testing.T) {
 		{"external traffic policy", func(s *swhv1alpha1.ServiceWithHealthchecksSpec) {
 			s.Type = corev1.ServiceTypeNodePort
 			s.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
-		}, func(s *corev1.ServiceSpec) error { return expect(s.ExternalTrafficPolicy, corev1.ServiceExternalTrafficPolicyLocal) }},
+		}, func(s *corev1.ServiceSpec) error {
+			return expect(s.ExternalTrafficPolicy, corev1.ServiceExternalTrafficPolicyLocal)
+		}},
 		{"type LoadBalancer with class, IP, ranges and health-check node port", func(s *swhv1alpha1.ServiceWithHealthchecksSpec) {
 			s.Type = corev1.ServiceTypeLoadBalancer
 			s.LoadBalancerClass = new("example.com/lb")

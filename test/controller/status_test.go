@@ -114,7 +114,9 @@ func TestStaleSlicesAreCollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "child Service created", func() error { _, err := getService(ctx, ns, "app"); return err })
-	ep := func(node string) discoveryv1.Endpoint { return endpoint("p-"+node, "u-"+node, "10.244.3.1", node, true) }
+	ep := func(node string) discoveryv1.Endpoint {
+		return endpoint("p-"+node, "u-"+node, "10.244.3.1", node, true)
+	}
 	kept := agentSlice(ns, "app", "http", keep, discoveryv1.AddressTypeIPv4, ep(keep))
 	ofGoneNode := agentSlice(ns, "app", "http", gone, discoveryv1.AddressTypeIPv4, ep(gone))
 	ofGonePort := agentSlice(ns, "app", "metrics", keep, discoveryv1.AddressTypeIPv4, ep(keep))

@@ -44,12 +44,12 @@ func TestRealServer(t *testing.T) {
 	c := cp.Client
 	longNode := strings.Repeat("n", 120) + "." + strings.Repeat("m", 132)
 	for _, tc := range []struct {
-		name     string
-		svc      corev1.Service
-		node     string
-		nPods    int
-		named    bool
-		proxy    string
+		name  string
+		svc   corev1.Service
+		node  string
+		nPods int
+		named bool
+		proxy string
 	}{
 		{name: "single", svc: corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}, node: "node-a", nPods: 3},
 		{name: "multi", svc: corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
