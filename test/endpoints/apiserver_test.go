@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -37,7 +38,7 @@ func pod(ns, name, node string, ips []string, opts ...func(*corev1.Pod)) *corev1
 	return p
 }
 
-func TestRealServer(t *testing.T) {
+func TestSlicesRoundTripThroughAPIServer(t *testing.T) {
 	cp := harness.StartTestControlPlane(t)
 	ctx := context.Background()
 	ns := cp.TestNamespace(t)
@@ -190,16 +191,23 @@ func TestRealServer(t *testing.T) {
 		scope := endpoints.Scope{Namespace: ns, Service: "a", Node: "node-a"}
 		// Listing by service-name does not see the holder; the create fails.
 		ch, _ := endpoints.Plan(scope, nil, desired, endpoints.Options{})
-		err = c.Create(ctx, &ch.Create[0])
-		t.Logf("create over holder: %v", err)
+		if err := c.Create(ctx, &ch.Create[0]); !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating over the foreign holder: %v, want AlreadyExists", err)
+		}
 		var h discoveryv1.EndpointSlice
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ch.Create[0].Name}, &h); err != nil {
 			t.Fatal(err)
 		}
 		ch, _ = endpoints.Plan(scope, []discoveryv1.EndpointSlice{h}, desired, endpoints.Options{})
-		t.Logf("collisions %v", ch.Collisions)
+		if len(ch.Collisions) != 1 || len(ch.Update) != 0 || len(ch.Delete) != 0 {
+			t.Fatalf("plan with the foreign holder: %+v; want one collision and no write to the holder", ch)
+		}
 		if err := c.Create(ctx, &ch.Create[0]); err != nil {
-			t.Fatal(err)
+			t.Fatalf("creating under the alternative name %s: %v", ch.Create[0].Name, err)
+		}
+		var after discoveryv1.EndpointSlice
+		if err := c.Get(ctx, client.ObjectKeyFromObject(holder), &after); err != nil || after.ResourceVersion != h.ResourceVersion {
+			t.Fatalf("the foreign holder changed (%v)", err)
 		}
 	})
 }
