@@ -32,6 +32,7 @@ generate: ## Regenerate deepcopy code and the CRD.
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=api/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=swh-controller paths=./controller/... output:rbac:artifacts:config=deploy/rbac/controller
+	$(CONTROLLER_GEN) rbac:roleName=swh-agent paths=./agent/... output:rbac:artifacts:config=deploy/rbac/agent
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.
@@ -59,6 +60,20 @@ run: tools ## Start the local sandbox (control plane with the CRD); prints a kub
 	@cd test && go build -o $(BIN)/swh-sandbox ./cmd/swh-sandbox
 	@$(BIN)/swh-sandbox
 
+.PHONY: bench-controller
+bench-controller: tools build ## Scale check: 1,000 resources at once; time to settle and controller peak memory.
+	@cd test && go test -c -o $(BIN)/controller.test ./controller/
+	@hack/netns.sh bash -c 'cd test/controller && $(BIN)/controller.test -test.run "^$$" -test.bench BenchmarkControllerScale -test.benchtime 1x'
+
+
 .PHONY: test
 test: ## Run every test: unit tests, then the integration suites in a private network namespace.
 	@hack/test.sh
+
+# The run happens in a private network namespace (hack/netns.sh): its load on
+# 127.0.0.1, and the TIME_WAIT sockets it counts, are its own.
+.PHONY: bench-probes
+bench-probes: ## Probers and scheduler side by side with kubelet's and raw baselines (figures for issue 3).
+	@mkdir -p $(BIN)
+	@cd test/peers && go build -o $(BIN)/swh-bench-probes .
+	@hack/netns.sh $(BIN)/swh-bench-probes

@@ -105,6 +105,10 @@ type PortStatus struct {
 	TotalEndpoints int32 `json:"totalEndpoints"`
 }
 
+// LabelService marks the Service the controller keeps for a resource; its
+// value is the resource's name. Agents watch only Services with it.
+const LabelService = "network.swh.dev/service-with-healthchecks"
+
 // Condition types of ServiceWithHealthchecksStatus.
 const (
 	// ConditionServiceSynced is True when the child Service matches the spec.

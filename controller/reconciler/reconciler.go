@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -71,7 +72,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	r.eventOnTransition(swh, svcCond)
-	return ctrl.Result{}, r.writeStatus(ctx, swh, computeStatus(swh, svc, live, svcCond))
+	return r.writeStatus(ctx, swh, computeStatus(swh, svc, live, svcCond))
 }
 
 // syncService creates, updates or adopts the child Service and returns it
@@ -195,24 +196,25 @@ func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.Se
 	return live, nil
 }
 
-func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, status swhv1alpha1.ServiceWithHealthchecksStatus) error {
+func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, status swhv1alpha1.ServiceWithHealthchecksStatus) (ctrl.Result, error) {
 	if statusEqual(swh.Status, status) {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	updated := swh.DeepCopy()
 	updated.Status = status
 	if err := r.Client.Status().Update(ctx, updated); err != nil {
 		if apierrors.IsConflict(err) {
-			// The cache was behind: the watch brings the newer object and
-			// another reconcile.
+			// The cache was behind. Status-only changes do not wake the
+			// reconciler, so ask for another pass (it will read the newer
+			// object once the cache has it).
 			r.Metrics.statusWrite("conflict")
-			return nil
+			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
 		r.Metrics.statusWrite("error")
-		return fmt.Errorf("writing the status of %s/%s: %w", swh.Namespace, swh.Name, err)
+		return ctrl.Result{}, fmt.Errorf("writing the status of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	r.Metrics.statusWrite("ok")
-	return nil
+	return ctrl.Result{}, nil
 }
 
 // eventOnTransition emits an event when the ServiceSynced condition changes.

@@ -36,9 +36,9 @@ func desiredService(swh *swhv1alpha1.ServiceWithHealthchecks) *corev1ac.ServiceA
 			WithUID(swh.UID).
 			WithController(true).
 			WithBlockOwnerDeletion(true))
-	if labels := propagated(swh.Labels); len(labels) > 0 {
-		out.WithLabels(labels)
-	}
+	labels := propagated(swh.Labels)
+	labels[swhv1alpha1.LabelService] = swh.Name
+	out.WithLabels(labels)
 	if annotations := propagated(swh.Annotations); len(annotations) > 0 {
 		out.WithAnnotations(annotations)
 	}
@@ -119,11 +119,12 @@ func desiredPort(p *corev1.ServicePort) *corev1ac.ServicePortApplyConfiguration 
 	return out
 }
 
-// propagated copies labels or annotations minus tool bookkeeping.
+// propagated copies labels or annotations minus tool bookkeeping (and the
+// label the controller sets itself).
 func propagated(in map[string]string) map[string]string {
 	out := make(map[string]string, len(in))
 	for k, v := range in {
-		if k == lastAppliedAnnotation || k == AdoptAnnotation {
+		if k == lastAppliedAnnotation || k == AdoptAnnotation || k == swhv1alpha1.LabelService {
 			continue
 		}
 		out[k] = v

@@ -199,9 +199,9 @@ func TestImmutableFieldChangeIsReported(t *testing.T) {
 		return err
 	})
 	got := getResource(t, ctx, ns, "fixed")
-	got.Spec.ClusterIP = "10.0.0.99" // cluster IPs cannot change
+	got.Spec.ClusterIP = "10.96.0.99" // cluster IPs cannot change
 	if got.Spec.ClusterIP == svc.Spec.ClusterIP {
-		got.Spec.ClusterIP = "10.0.0.98"
+		got.Spec.ClusterIP = "10.96.0.98"
 	}
 	if err := controlPlane.Client.Update(ctx, got); err != nil {
 		t.Fatal(err)

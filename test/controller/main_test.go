@@ -52,8 +52,9 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cp, err := harness.StartControlPlane(ctx, harness.ControlPlaneOptions{
-		// Dual-stack, so dual-stack resources get both families.
-		ExtraAPIServerFlags: map[string]string{"service-cluster-ip-range": "10.0.0.0/24,fd00:10:96::/112"},
+		// Dual-stack, so dual-stack resources get both families, and large enough
+		// for the scale check.
+		ExtraAPIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16,fd00:10:96::/112"},
 	})
 	if err != nil {
 		if errors.Is(err, harness.ErrMissingDependency) && !harness.InCI() {

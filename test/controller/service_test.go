@@ -146,8 +146,8 @@ func TestServiceFieldsCarriedOver(t *testing.T) {
 		}, func(s *corev1.ServiceSpec) error {
 			return expect([]any{s.IPFamilyPolicy, s.IPFamilies}, []any{new(corev1.IPFamilyPolicySingleStack), []corev1.IPFamily{corev1.IPv4Protocol}})
 		}},
-		{"cluster IP chosen by the user", func(s *swhv1alpha1.ServiceWithHealthchecksSpec) { s.ClusterIP = "10.0.0.77" },
-			func(s *corev1.ServiceSpec) error { return expect(s.ClusterIP, "10.0.0.77") }},
+		{"cluster IP chosen by the user", func(s *swhv1alpha1.ServiceWithHealthchecksSpec) { s.ClusterIP = "10.96.0.77" },
+			func(s *corev1.ServiceSpec) error { return expect(s.ClusterIP, "10.96.0.77") }},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

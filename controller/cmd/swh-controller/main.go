@@ -1,7 +1,8 @@
 // Command swh-controller runs the ServiceWithHealthchecks controller: it
 // keeps the selector-less child Service of every resource, removes slices
 // nobody will update and writes the status. Run one active replica per
-// cluster (leader election picks it).
+// cluster (leader election picks it). The cluster comes from $KUBECONFIG,
+// or the in-cluster configuration.
 package main
 
 import (
@@ -23,6 +24,8 @@ func main() {
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect one active replica through a Lease")
 	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (defaults to the pod's namespace in a cluster)")
 	fs.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "resources reconciled in parallel")
+	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server")
+	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
@@ -33,6 +36,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "swh-controller: finding the cluster:", err)
 		os.Exit(1)
 	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	if err := app.Run(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "swh-controller:", err)
 		os.Exit(1)

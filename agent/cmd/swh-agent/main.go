@@ -1,0 +1,49 @@
+// Command swh-agent runs on every node (a DaemonSet): it probes the pods of
+// its node selected by ServiceWithHealthchecks resources and publishes those
+// that pass as EndpointSlices. The node name comes from --node-name or
+// $NODE_NAME (the downward API's spec.nodeName); the cluster from
+// $KUBECONFIG or the in-cluster configuration.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/swh-dev/swh/agent/app"
+)
+
+func main() {
+	var opts app.Options
+	fs := flag.NewFlagSet("swh-agent", flag.ExitOnError)
+	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "exact name of this node's Node object")
+	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables them")
+	fs.DurationVar(&opts.Publisher.Coalesce, "coalesce", 0, "how long verdict changes wait to be written together (default 30ms)")
+	fs.IntVar(&opts.Publisher.MaxConcurrentProbes, "max-concurrent-probes", 0, "probes in flight at most (default 1024)")
+	qps := fs.Float64("kube-api-qps", 20, "requests per second to the API server")
+	burst := fs.Int("kube-api-burst", 50, "burst of requests to the API server")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "swh-agent: finding the cluster:", err)
+		os.Exit(1)
+	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
+	mgr, err := app.NewManager(cfg, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "swh-agent:", err)
+		os.Exit(1)
+	}
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		fmt.Fprintln(os.Stderr, "swh-agent:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,106 @@
+package publisher
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/swh-dev/swh/probes"
+)
+
+// Metrics are the agent's Prometheus metrics.
+type Metrics struct {
+	probeResults  *prometheus.CounterVec
+	probeDuration *prometheus.HistogramVec
+	transitions   prometheus.Counter
+	sliceWrites   *prometheus.CounterVec
+	writeDelay    prometheus.Histogram
+	targets       prometheus.Gauge
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		probeResults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_probe_results_total",
+			Help: "Probe results by status and reason.",
+		}, []string{"status", "reason"}),
+		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "swh_agent_probe_duration_seconds",
+			Help:    "Duration of probes, connection and close included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}, []string{"status"}),
+		transitions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swh_agent_target_transitions_total",
+			Help: "Probe verdicts that flipped between passing and failing after their thresholds.",
+		}),
+		sliceWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_slice_writes_total",
+			Help: "EndpointSlice writes by operation and outcome.",
+		}, []string{"operation", "outcome"}),
+		writeDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "swh_agent_verdict_to_write_seconds",
+			Help:    "Delay from a verdict change to the slice write that publishes it.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		targets: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "swh_agent_targets",
+			Help: "Probe targets (probe x pod) running on this node.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering the agent's metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) observeProbe(r probes.Result) {
+	if m == nil {
+		return
+	}
+	status := "failure"
+	if r.Status == probes.Success {
+		status = "success"
+	}
+	m.probeResults.WithLabelValues(status, string(r.Reason)).Inc()
+	m.probeDuration.WithLabelValues(status).Observe(r.Latency.Seconds())
+}
+
+func (m *Metrics) transition() {
+	if m != nil {
+		m.transitions.Inc()
+	}
+}
+
+func (m *Metrics) sliceWrite(op string, err error) {
+	if m == nil {
+		return
+	}
+	outcome := "ok"
+	switch {
+	case err == nil:
+	case apierrors.IsConflict(err):
+		outcome = "conflict"
+	case apierrors.IsAlreadyExists(err):
+		outcome = "exists"
+	default:
+		outcome = "error"
+	}
+	m.sliceWrites.WithLabelValues(op, outcome).Inc()
+}
+
+func (m *Metrics) observeDelay(d time.Duration) {
+	if m != nil {
+		m.writeDelay.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) setTargets(n int) {
+	if m != nil {
+		m.targets.Set(float64(n))
+	}
+}

@@ -1,0 +1,238 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
+	"github.com/swh-dev/swh/probes"
+)
+
+// LastChangeTriggerTime is the annotation kube-proxy and the built-in
+// controllers use to measure how long a change took to reach the data path.
+const LastChangeTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
+
+// Publisher probes the pods of one node and publishes their EndpointSlices.
+// It is a controller-runtime reconciler of ServiceWithHealthchecks keys.
+type Publisher struct {
+	// Client reads from the manager's cache (pods and slices of this node
+	// only) and writes slices.
+	Client client.Client
+	// NodeName is the exact name of this node's Node object.
+	NodeName string
+	// Recorder emits events on the resources.
+	Recorder events.EventRecorder
+	// Metrics may be nil.
+	Metrics *Metrics
+
+	scheduler *probes.Scheduler[targetKey]
+	state     *state
+	factory   *proberFactory
+	// notify asks for a reconcile of a resource after a verdict flipped.
+	notify func(types.NamespacedName)
+}
+
+// Reconcile brings the targets of one resource in line with its spec and
+// the pods of the node, then writes the slices that changed.
+func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	swh := &swhv1alpha1.ServiceWithHealthchecks{}
+	if err := p.Client.Get(ctx, req.NamespacedName, swh); err != nil {
+		if apierrors.IsNotFound(err) {
+			// The garbage collector removes the slices with the Service.
+			p.removeTargets(req.NamespacedName, nil)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("reading %s: %w", req.NamespacedName, err)
+	}
+	svc := &corev1.Service{}
+	if err := p.Client.Get(ctx, req.NamespacedName, svc); err != nil || !controlledBy(svc, swh) {
+		// No child Service yet (or not ours): slices need it as owner.
+		// Its creation brings the resource back.
+		p.removeTargets(req.NamespacedName, nil)
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	node := &corev1.Node{}
+	if err := p.Client.Get(ctx, types.NamespacedName{Name: p.NodeName}, node); err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", p.NodeName, err)
+	}
+	pods, err := p.selectedPods(ctx, swh)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	existing, err := p.ownSlices(ctx, swh)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var probeSpecs []swhv1alpha1.Probe
+	if swh.Spec.Healthcheck != nil {
+		probeSpecs = swh.Spec.Healthcheck.Probes
+	}
+	targetPorts := make([]intstr.IntOrString, len(probeSpecs))
+	for i := range probeSpecs {
+		targetPorts[i] = probeTargetPort(&probeSpecs[i])
+	}
+	service := endpoints.ServiceFrom(svc)
+	grouping, err := endpoints.NewGrouping(service.Ports, targetPorts)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("grouping the probes of %s: %w", req.NamespacedName, err)
+	}
+	portNames := make([]string, len(service.Ports))
+	for i, port := range service.Ports {
+		portNames[i] = port.Name
+	}
+	p.syncTargets(req.NamespacedName, swh, pods, grouping, portNames, existing)
+
+	verdicts := make([]endpoints.PodVerdicts, 0, len(pods))
+	failures := map[types.UID]*probes.Result{}
+	for _, pod := range pods {
+		passing, failing := p.state.passing(req.NamespacedName, pod.UID, len(probeSpecs))
+		verdicts = append(verdicts, endpoints.PodVerdicts{Pod: pod, Ports: grouping.Verdicts(pod, passing)})
+		failures[pod.UID] = failing
+	}
+	desired, err := endpoints.Build(service, endpoints.NodeFrom(node), verdicts, endpoints.Options{})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("building the slices of %s: %w", req.NamespacedName, err)
+	}
+	scope := endpoints.Scope{Namespace: swh.Namespace, Service: swh.Name, Node: p.NodeName}
+	changes, err := endpoints.Plan(scope, existing, desired, endpoints.Options{})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("planning the slices of %s: %w", req.NamespacedName, err)
+	}
+	for _, c := range changes.Collisions {
+		p.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, "SliceNameTaken", "PublishEndpoints", "%s", c.String())
+	}
+	changedAt, hadChange := p.state.takeChanged(req.NamespacedName)
+	if changes.Empty() {
+		return ctrl.Result{}, nil
+	}
+	trigger := time.Now()
+	if hadChange {
+		trigger = changedAt
+	}
+	if err := p.write(ctx, changes, trigger); err != nil {
+		return ctrl.Result{}, err
+	}
+	if hadChange {
+		p.Metrics.observeDelay(time.Since(changedAt))
+	}
+	p.reportTransitions(swh, existing, desired, failures)
+	return ctrl.Result{}, nil
+}
+
+// selectedPods lists the pods of the node the resource selects that can be
+// published: not finished, with an IP.
+func (p *Publisher) selectedPods(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) ([]*corev1.Pod, error) {
+	if len(swh.Spec.Selector) == 0 {
+		return nil, nil
+	}
+	list := &corev1.PodList{}
+	if err := p.Client.List(ctx, list, client.InNamespace(swh.Namespace),
+		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(swh.Spec.Selector)}); err != nil {
+		return nil, fmt.Errorf("listing the pods of %s/%s: %w", swh.Namespace, swh.Name, err)
+	}
+	out := make([]*corev1.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if pod.Spec.NodeName != p.NodeName || pod.Status.PodIP == "" ||
+			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+// ownSlices lists this node's slices of the resource from the cache.
+func (p *Publisher) ownSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) ([]discoveryv1.EndpointSlice, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := p.Client.List(ctx, list, client.InNamespace(swh.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: swh.Name,
+		endpoints.DefaultNodeLabel:   endpoints.NodeLabelValue(p.NodeName),
+	}); err != nil {
+		return nil, fmt.Errorf("listing the slices of %s/%s: %w", swh.Namespace, swh.Name, err)
+	}
+	return list.Items, nil
+}
+
+// write applies the plan: creates, then updates, then deletes, so traffic
+// moves to new slices before old ones go. A conflict or a name taken in the
+// meantime returns an error: the requeue plans again from fresh data.
+func (p *Publisher) write(ctx context.Context, changes endpoints.Changes, trigger time.Time) error {
+	stamp := trigger.UTC().Format(time.RFC3339)
+	var errs []error
+	for i := range changes.Create {
+		s := &changes.Create[i]
+		setAnnotation(s, LastChangeTriggerTime, stamp)
+		err := p.Client.Create(ctx, s)
+		p.Metrics.sliceWrite("create", err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("creating slice %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	for i := range changes.Update {
+		s := &changes.Update[i]
+		setAnnotation(s, LastChangeTriggerTime, stamp)
+		err := p.Client.Update(ctx, s)
+		p.Metrics.sliceWrite("update", err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("updating slice %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	for i := range changes.Delete {
+		s := &changes.Delete[i]
+		err := p.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		p.Metrics.sliceWrite("delete", err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting slice %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.FromContext(ctx).V(1).Info("slice writes failed; planning again", "error", err.Error())
+		return err
+	}
+	return nil
+}
+
+func setAnnotation(obj metav1.Object, key, value string) {
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[key] = value
+	obj.SetAnnotations(a)
+}
+
+func controlledBy(svc *corev1.Service, swh *swhv1alpha1.ServiceWithHealthchecks) bool {
+	ref := metav1.GetControllerOf(svc)
+	return ref != nil && ref.UID == swh.UID
+}
+
+func probeTargetPort(p *swhv1alpha1.Probe) intstr.IntOrString {
+	switch {
+	case p.TCP != nil:
+		return p.TCP.TargetPort
+	case p.HTTP != nil:
+		return p.HTTP.TargetPort
+	case p.PostgreSQL != nil:
+		return p.PostgreSQL.TargetPort
+	}
+	return intstr.IntOrString{}
+}

@@ -1,0 +1,129 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/probes"
+)
+
+// Options configure a Publisher.
+type Options struct {
+	// Coalesce is how long verdict changes wait to be written together;
+	// 30 ms when zero. Pod and resource changes are not delayed.
+	Coalesce time.Duration
+	// MaxConcurrentProbes bounds the probes in flight; the probes
+	// module's default when zero.
+	MaxConcurrentProbes int
+	// SecretTTL is how long PostgreSQL credentials are reused before the
+	// Secret is read again; 30 s when zero.
+	SecretTTL time.Duration
+	// SkipNameValidation lets one process run several agents (tests).
+	SkipNameValidation bool
+}
+
+// SetupWithManager creates the probe scheduler, registers it with the
+// manager and the publisher's controller with its watches.
+func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
+	if opts.Coalesce == 0 {
+		opts.Coalesce = 30 * time.Millisecond
+	}
+	if opts.SecretTTL == 0 {
+		opts.SecretTTL = 30 * time.Second
+	}
+	p.state = newState()
+	p.factory = newProberFactory(mgr.GetAPIReader(), opts.SecretTTL)
+	sched, err := probes.NewScheduler(probes.SchedulerOptions[targetKey]{OnResult: p.onResult, MaxConcurrent: opts.MaxConcurrentProbes})
+	if err != nil {
+		return fmt.Errorf("creating the probe scheduler: %w", err)
+	}
+	p.scheduler = sched
+	if err := mgr.Add(manager.RunnableFunc(sched.Run)); err != nil {
+		return fmt.Errorf("adding the probe scheduler: %w", err)
+	}
+
+	// Verdict flips arrive here from probe goroutines; the queue delays
+	// them by the coalescing window and merges repeats of one resource.
+	flips := make(chan event.TypedGenericEvent[types.NamespacedName], 1024)
+	p.notify = func(key types.NamespacedName) { flips <- event.TypedGenericEvent[types.NamespacedName]{Object: key} }
+	delayed := handler.TypedFuncs[types.NamespacedName, reconcile.Request]{
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[types.NamespacedName], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			q.AddAfter(reconcile.Request{NamespacedName: e.Object}, opts.Coalesce)
+		},
+	}
+	bySliceOwner := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		name := obj.GetLabels()[discoveryv1.LabelServiceName]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+	})
+	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(obj)}}
+	})
+	copts := controller.Options{MaxConcurrentReconciles: 4}
+	if opts.SkipNameValidation {
+		copts.SkipNameValidation = &opts.SkipNameValidation
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("publisher").
+		For(&swhv1alpha1.ServiceWithHealthchecks{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(p.resourcesSelecting)).
+		Watches(&discoveryv1.EndpointSlice{}, bySliceOwner).
+		Watches(&corev1.Service{}, sameName).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(p.allResources)).
+		WatchesRawSource(source.TypedChannel(flips, delayed)).
+		WithOptions(copts).
+		Complete(p)
+}
+
+// resourcesSelecting maps a pod to the resources of its namespace whose
+// selector matches it (for an update, controller-runtime maps the old and
+// the new pod, so a pod leaving a selector is seen too).
+func (p *Publisher) resourcesSelecting(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := &swhv1alpha1.ServiceWithHealthchecksList{}
+	if err := p.Client.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing resources for a pod event")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		sel := list.Items[i].Spec.Selector
+		if len(sel) > 0 && labels.SelectorFromSet(sel).Matches(labels.Set(obj.GetLabels())) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
+}
+
+// allResources maps a change of the node (its zone) to every resource.
+func (p *Publisher) allResources(ctx context.Context, _ client.Object) []reconcile.Request {
+	list := &swhv1alpha1.ServiceWithHealthchecksList{}
+	if err := p.Client.List(ctx, list); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing resources for a node event")
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}

@@ -1,0 +1,155 @@
+package publisher
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
+	"github.com/swh-dev/swh/probes"
+)
+
+// syncTargets makes the scheduler run exactly one job per probe and pod of
+// the resource: new pods and probes are added, changed ones restarted,
+// others left running undisturbed, gone ones removed.
+func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod, g *endpoints.Grouping, portNames []string, existing []discoveryv1.EndpointSlice) {
+	want := map[targetKey]bool{}
+	var published map[types.UID]map[string]bool // computed only when a target starts
+	for _, pod := range pods {
+		for i := range g.NumProbes() {
+			probe := &swh.Spec.Healthcheck.Probes[i]
+			key := targetKey{Resource: resource, Pod: pod.UID, Probe: i}
+			want[key] = true
+			addr, ok := probeAddress(pod, probeTargetPort(probe))
+			spec := specOf(swh.Spec.Healthcheck, probe)
+			oldAddr, oldSpec, running := p.state.get(key)
+			if running && oldAddr == addr && oldSpec == spec {
+				continue
+			}
+			if published == nil {
+				published = readyPorts(existing)
+			}
+			// A pod already published ready on every port this probe gates
+			// keeps its traffic until a result says otherwise: restarting
+			// the agent, or editing a probe, must not flap endpoints.
+			initial := readyOnGatedPorts(g, portNames, pod, i, published[pod.UID])
+			tracker, _ := probes.NewTracker(probes.TrackerConfig{
+				SuccessThreshold: int(probe.SuccessThreshold),
+				FailureThreshold: int(probe.FailureThreshold),
+				InitialHealthy:   initial,
+			})
+			p.state.put(key, &target{tracker: tracker, addr: addr, spec: spec})
+			var prober probes.Prober
+			if ok {
+				prober = p.factory.build(resource.Namespace, probe)
+			} else {
+				port := probeTargetPort(probe)
+				prober = failing(ReasonNoPort, fmt.Sprintf("pod %s has no container port named %q", pod.Name, port.String()))
+			}
+			job := probes.Job{
+				Prober:       prober,
+				Target:       addr,
+				Period:       time.Duration(swh.Spec.Healthcheck.PeriodSeconds) * time.Second,
+				Timeout:      time.Duration(probe.TimeoutSeconds) * time.Second,
+				InitialDelay: initialDelay(pod, swh.Spec.Healthcheck.InitialDelaySeconds),
+			}
+			if running {
+				_ = p.scheduler.Update(key, job)
+			} else {
+				_ = p.scheduler.Add(key, job)
+			}
+		}
+	}
+	p.removeTargets(resource, want)
+	p.Metrics.setTargets(p.state.len())
+}
+
+// removeTargets stops the targets of a resource that are not in keep.
+func (p *Publisher) removeTargets(resource types.NamespacedName, keep map[targetKey]bool) {
+	for _, key := range p.state.keysOf(resource) {
+		if keep[key] {
+			continue
+		}
+		p.scheduler.Remove(key)
+		p.state.remove(key)
+	}
+	p.Metrics.setTargets(p.state.len())
+}
+
+// onResult runs on the probe's goroutine for every result.
+func (p *Publisher) onResult(r probes.Report[targetKey]) {
+	_, flipped, known := p.state.observe(r.Key, r.Result, time.Now())
+	if !known {
+		return
+	}
+	p.Metrics.observeProbe(r.Result)
+	if flipped {
+		p.Metrics.transition()
+		p.notify(r.Key.Resource)
+	}
+}
+
+// probeAddress is the pod's primary address and the probe's port resolved
+// on the pod; ok is false when a named port resolves to nothing.
+func probeAddress(pod *corev1.Pod, port intstr.IntOrString) (probes.Target, bool) {
+	n, ok := endpoints.ResolvePort(pod, port, "")
+	return probes.Target{Host: pod.Status.PodIP, Port: int(n)}, ok && n > 0
+}
+
+// initialDelay counts initialDelaySeconds from the pod's start.
+func initialDelay(pod *corev1.Pod, seconds int32) time.Duration {
+	delay := time.Duration(seconds) * time.Second
+	if pod.Status.StartTime != nil {
+		delay -= time.Since(pod.Status.StartTime.Time)
+	}
+	return max(delay, 0)
+}
+
+// readyPorts maps each pod to the ports (by name) it is published ready on.
+func readyPorts(slices []discoveryv1.EndpointSlice) map[types.UID]map[string]bool {
+	out := map[types.UID]map[string]bool{}
+	for i := range slices {
+		s := &slices[i]
+		if len(s.Ports) == 0 {
+			continue
+		}
+		port := ""
+		if s.Ports[0].Name != nil {
+			port = *s.Ports[0].Name
+		}
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef == nil || (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) {
+				continue
+			}
+			if out[ep.TargetRef.UID] == nil {
+				out[ep.TargetRef.UID] = map[string]bool{}
+			}
+			out[ep.TargetRef.UID][port] = true
+		}
+	}
+	return out
+}
+
+// readyOnGatedPorts reports whether the pod is published ready on every
+// port that probe i gates (and gates at least one).
+func readyOnGatedPorts(g *endpoints.Grouping, portNames []string, pod *corev1.Pod, i int, ready map[string]bool) bool {
+	if len(ready) == 0 {
+		return false
+	}
+	gated := 0
+	for j, gate := range g.Gates(pod) {
+		if !gate.Probes.Has(i) {
+			continue
+		}
+		gated++
+		if !ready[portNames[j]] {
+			return false
+		}
+	}
+	return gated > 0
+}

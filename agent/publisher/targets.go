@@ -1,0 +1,132 @@
+package publisher
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/swh-dev/swh/endpoints"
+	"github.com/swh-dev/swh/probes"
+)
+
+// targetKey names one probe of one pod for one resource: the unit the
+// scheduler runs and a tracker counts.
+type targetKey struct {
+	Resource types.NamespacedName
+	Pod      types.UID
+	Probe    int
+}
+
+// target is the state of one targetKey.
+type target struct {
+	tracker *probes.Tracker
+	// addr and spec identify the job: a change of either starts afresh.
+	addr probes.Target
+	spec string
+	// last is the latest result, for events and status messages.
+	last probes.Result
+}
+
+// state holds every target of the node. Probe goroutines report into it
+// while reconciles read it, hence the lock.
+type state struct {
+	mu      sync.Mutex
+	targets map[targetKey]*target
+	// changed records, per resource, when a verdict changed first since
+	// the last write: the start of the verdict-to-write delay.
+	changed map[types.NamespacedName]time.Time
+}
+
+func newState() *state {
+	return &state{targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{}}
+}
+
+// observe records a result and reports whether the target's verdict flipped.
+func (s *state) observe(key targetKey, res probes.Result, now time.Time) (healthy, flipped, known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.targets[key]
+	if !ok {
+		return false, false, false // removed while the probe ran
+	}
+	t.last = res
+	healthy, flipped = t.tracker.Observe(res.Status)
+	if flipped {
+		if _, pending := s.changed[key.Resource]; !pending {
+			s.changed[key.Resource] = now
+		}
+	}
+	return healthy, flipped, true
+}
+
+// passing returns the probes of a pod whose verdict is healthy, and the
+// latest failing result among the others, for messages.
+func (s *state) passing(resource types.NamespacedName, pod types.UID, numProbes int) (endpoints.ProbeSet, *probes.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var set endpoints.ProbeSet
+	var failing *probes.Result
+	for i := range numProbes {
+		t, ok := s.targets[targetKey{resource, pod, i}]
+		if ok && t.tracker.Healthy() {
+			set = set.With(i)
+			continue
+		}
+		if ok && t.last.Status == probes.Failure {
+			r := t.last
+			failing = &r
+		}
+	}
+	return set, failing
+}
+
+// takeChanged returns and clears when the resource's verdicts first changed.
+func (s *state) takeChanged(resource types.NamespacedName) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.changed[resource]
+	delete(s.changed, resource)
+	return t, ok
+}
+
+// keysOf lists the targets of a resource.
+func (s *state) keysOf(resource types.NamespacedName) []targetKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []targetKey
+	for k := range s.targets {
+		if k.Resource == resource {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (s *state) get(key targetKey) (addr probes.Target, spec string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.targets[key]
+	if !ok {
+		return probes.Target{}, "", false
+	}
+	return t.addr, t.spec, true
+}
+
+func (s *state) put(key targetKey, t *target) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.targets[key] = t
+}
+
+func (s *state) remove(key targetKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.targets, key)
+}
+
+func (s *state) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.targets)
+}
