@@ -5,7 +5,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export GOTOOLCHAIN=local
 
-modules=(api probes endpoints controller agent test hack/tools)
+modules=(api probes endpoints controller agent test test/peers hack/tools)
 libraries=(api probes endpoints)
 failed=()
 check() { # check NAME COMMAND...: run, remember the failure, go on

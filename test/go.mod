@@ -6,6 +6,7 @@ replace (
 	github.com/swh-dev/swh/api => ../api
 	github.com/swh-dev/swh/controller => ../controller
 	github.com/swh-dev/swh/endpoints => ../endpoints
+	github.com/swh-dev/swh/probes => ../probes
 )
 
 require (
@@ -15,6 +16,8 @@ require (
 	github.com/swh-dev/swh/api v0.0.0
 	github.com/swh-dev/swh/controller v0.0.0
 	github.com/swh-dev/swh/endpoints v0.0.0
+	github.com/swh-dev/swh/probes v0.0.0
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 	k8s.io/api v0.37.2
 	k8s.io/apiextensions-apiserver v0.37.2

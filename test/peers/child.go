@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The servers the probers are measured against run in a child process (this
+// same binary, told so by childEnv), so that the CPU the parent measures with
+// getrusage is the probers' and not the servers'. They listen on 127.0.0.1
+// only. The child prints one "ip:port" line per listener, answers "cpu" on
+// its standard input with its own CPU time, and exits when its standard
+// input closes (the parent went away).
+const childEnv = "SWH_PEERS_SERVE"
+
+// serveChild runs the child when this process is one and reports whether it
+// was; the caller then returns.
+func serveChild() bool {
+	spec := os.Getenv(childEnv)
+	if spec == "" {
+		return false
+	}
+	if err := runChild(spec); err != nil {
+		fmt.Fprintln(os.Stderr, "peers child:", err)
+		os.Exit(1)
+	}
+	return true
+}
+
+func runChild(spec string) error {
+	kind, count, _ := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(count)
+	if err != nil || n < 1 {
+		return fmt.Errorf("bad %s=%q, want tcp:N or http:N", childEnv, spec)
+	}
+	listeners := make([]net.Listener, 0, n)
+	for range n {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		listeners = append(listeners, l)
+	}
+	out := bufio.NewWriter(os.Stdout)
+	for _, l := range listeners {
+		fmt.Fprintln(out, l.Addr())
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	for _, l := range listeners {
+		switch kind {
+		case "tcp":
+			go acceptAndDrain(l)
+		case "http":
+			srv := &http.Server{Handler: http.HandlerFunc(healthz), ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = srv.Serve(l) }()
+		default:
+			return fmt.Errorf("unknown server kind %q", kind)
+		}
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		if in.Text() == "cpu" {
+			user, sys := cpuTime()
+			fmt.Printf("%d %d\n", user, sys)
+		}
+	}
+	return nil
+}
+
+// acceptAndDrain accepts connections and reads each until the client closes
+// or resets it, then closes: the client is always the side that closes
+// first, so TIME_WAIT sockets, if any, are on the prober's side.
+func acceptAndDrain(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			_, _ = io.Copy(io.Discard, c)
+			_ = c.Close()
+		}()
+	}
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// child is the parent's handle on a server process.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+	Addrs []string
+}
+
+// startChild starts n servers of kind ("tcp" or "http") in a child process.
+func startChild(kind string, n int) (*child, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d", childEnv, kind, n))
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the server process: %w", err)
+	}
+	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	for len(c.Addrs) < n && c.out.Scan() {
+		c.Addrs = append(c.Addrs, c.out.Text())
+	}
+	if len(c.Addrs) < n {
+		c.Stop()
+		return nil, fmt.Errorf("the server process listed %d of %d listeners", len(c.Addrs), n)
+	}
+	return c, nil
+}
+
+// CPU returns the CPU time the server process has used so far.
+func (c *child) CPU() (time.Duration, error) {
+	if _, err := io.WriteString(c.stdin, "cpu\n"); err != nil {
+		return 0, err
+	}
+	if !c.out.Scan() {
+		return 0, errors.New("the server process did not report its CPU time")
+	}
+	var user, sys time.Duration
+	if _, err := fmt.Sscan(c.out.Text(), &user, &sys); err != nil {
+		return 0, err
+	}
+	return user + sys, nil
+}
+
+// Stop ends the server process and waits for it (5 s at most, then kills it).
+func (c *child) Stop() {
+	_ = c.stdin.Close()
+	done := make(chan struct{})
+	go func() {
+		_ = c.cmd.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if serveChild() { // the test binary is its own server process too
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// TestSmallRun runs every comparison at a tiny scale, so that the benchmark
+// keeps working; it checks outcomes (no failure, no TIME_WAIT from our
+// prober), never speed.
+func TestSmallRun(t *testing.T) {
+	var out bytes.Buffer
+	o := options{
+		rounds: 1, tcpOps: 50, httpOps: 20, only: "tcp,http,scheduler", kubeSched: true,
+		sched: SchedConfig{Targets: 100, Listeners: 10, Period: 200 * time.Millisecond, Warmup: 300 * time.Millisecond, Duration: time.Second},
+	}
+	if err := run(&out, o); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log("\n" + out.String())
+	for _, want := range []string{"TCP: connect and close", "HTTP: GET /healthz", "Scheduler: 100 TCP targets", "ours / kubelet pkg/probe/tcp", "ours / kubelet-style"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the output lacks %q", want)
+		}
+	}
+}
+
+func TestComparisonOutcomes(t *testing.T) {
+	c, err := compare("TCP", "tcp", tcpVariants(), 1, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range c.Rows {
+		if r.Median.Failures != 0 {
+			t.Errorf("%s: %d failures", r.Name, r.Median.Failures)
+		}
+		if r.Role == "ours" && r.TimeWait != 0 {
+			t.Errorf("%s left %d TIME_WAIT sockets, want 0", r.Name, r.TimeWait)
+		}
+	}
+	row, err := runScheduler(SchedConfig{Targets: 200, Listeners: 20, Period: 100 * time.Millisecond, Warmup: 200 * time.Millisecond, Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shutdown may leave a few (probes canceled mid-connect); the run
+	// itself none.
+	if row.Probes == 0 || row.FalseFailures() != 0 || row.TimeWait != 0 {
+		t.Errorf("scheduler: %d probes, failures %s, %d TIME_WAIT; want probes, no failure, no TIME_WAIT", row.Probes, row.FailureSummary(), row.TimeWait)
+	}
+}
+
+func TestProcAddr(t *testing.T) {
+	tests := map[string]string{
+		"0100007F:1F90":                         "127.0.0.1:8080",
+		"0000000000000000FFFF00000100007F:0050": "127.0.0.1:80", // IPv4-mapped, in /proc/net/tcp6
+		"00000000000000000000000001000000:0016": "[::1]:22",
+	}
+	for in, want := range tests {
+		if got := procAddr(in); got != netip.MustParseAddrPort(want) {
+			t.Errorf("procAddr(%q) = %v, want %s", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,13 @@
+// Package probes checks the probes library (github.com/swh-dev/swh/probes)
+// against real servers started by the test harness on pod addresses inside
+// the private network namespace of hack/netns.sh: PostgreSQL primaries and
+// streaming replicas (promotion, wrong password, missing database, exhausted
+// max_connections, a query past its timeout, TLS modes, a stopped server),
+// TCP servers that count the bytes a probe sends, and HTTP(S) servers whose
+// status, delay and certificate the tests control.
+//
+// Each test listens on addresses of its own in 10.244.30.0/24 to
+// 10.244.39.0/24, so that no two tests, here or in other suites, share a
+// server. The package holds tests only; run them with `make test`, or alone
+// with hack/netns.sh (see hack/test.sh).
+package probes

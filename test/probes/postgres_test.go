@@ -1,0 +1,349 @@
+package probes_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/swh-dev/swh/probes"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// primaryQuery passes on a primary and fails with query-false on a replica.
+const primaryQuery = "SELECT NOT pg_is_in_recovery()"
+
+func newPostgreSQL(t testing.TB, cfg probes.PostgreSQLConfig) *probes.PostgreSQLProber {
+	t.Helper()
+	if cfg.SSLMode == "" {
+		cfg.SSLMode = probes.SSLDisable
+	}
+	p, err := probes.NewPostgreSQL(cfg)
+	if err != nil {
+		t.Fatalf("NewPostgreSQL: %v", err)
+	}
+	return p
+}
+
+// superuser returns the configuration logging in as the harness's superuser.
+func superuser(pg *harness.Postgres) probes.PostgreSQLConfig {
+	o := pg.Options()
+	return probes.PostgreSQLConfig{User: o.User, Password: o.Password, SSLMode: probes.SSLDisable}
+}
+
+func with(cfg probes.PostgreSQLConfig, change func(*probes.PostgreSQLConfig)) probes.PostgreSQLConfig {
+	change(&cfg)
+	return cfg
+}
+
+// openDB opens database/sql on pg as user, for the test's own queries.
+func openDB(t testing.TB, pg *harness.Postgres, user, password string) *sql.DB {
+	t.Helper()
+	u := url.URL{
+		Scheme: "postgres", User: url.UserPassword(user, password), Host: pg.Addr(), Path: "/postgres",
+		RawQuery: "sslmode=disable&connect_timeout=5&application_name=swh-probes-test",
+	}
+	db, err := sql.Open("postgres", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestPostgreSQLPrimaryAndReplica tells a primary from its streaming replica
+// with SELECT NOT pg_is_in_recovery(), follows a failover (the primary stops:
+// refused; the replica is promoted: it passes) and the old primary's return.
+func TestPostgreSQLPrimaryAndReplica(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	ctx := testContext(t)
+	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.32.10"})
+	replica := primary.StartTestReplica(t, "10.244.32.11", 5432)
+	primaryTarget, replicaTarget := target(t, primary.Addr()), target(t, replica.Addr())
+	p := newPostgreSQL(t, with(superuser(primary), func(c *probes.PostgreSQLConfig) { c.Query = primaryQuery }))
+
+	res := expect(t, p, primaryTarget, probes.Success, probes.ReasonOK)
+	if res.Message != "query returned true" {
+		t.Errorf("message %q, want %q", res.Message, "query returned true")
+	}
+	res = expect(t, p, replicaTarget, probes.Failure, probes.ReasonQueryFalse)
+	if !strings.Contains(res.Message, "returned false") {
+		t.Errorf("message %q does not say the query returned false", res.Message)
+	}
+	// Any query passes on both: the replica is up, only not a primary.
+	plain := newPostgreSQL(t, superuser(primary))
+	expect(t, plain, replicaTarget, probes.Success, probes.ReasonOK)
+
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, p, primaryTarget, probes.Failure, probes.ReasonRefused)
+	expect(t, p, replicaTarget, probes.Failure, probes.ReasonQueryFalse)
+	if err := replica.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, p, replicaTarget, probes.Success, probes.ReasonOK)
+
+	// The old primary comes back (as a primary of its own timeline).
+	if err := primary.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, p, primaryTarget, probes.Success, probes.ReasonOK)
+}
+
+// TestPostgreSQLReasons runs probes that fail for one reason each against
+// one server, and checks the reason exactly.
+func TestPostgreSQLReasons(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.33.10"})
+	tgt := target(t, pg.Addr())
+	su := superuser(pg)
+	query := func(q string) probes.PostgreSQLConfig {
+		return with(su, func(c *probes.PostgreSQLConfig) { c.Query = q })
+	}
+	tests := []struct {
+		name   string
+		cfg    probes.PostgreSQLConfig
+		reason probes.Reason
+	}{
+		{"default query", su, probes.ReasonOK},
+		{"wrong password", with(su, func(c *probes.PostgreSQLConfig) { c.Password = "wrong" }), probes.ReasonAuth},
+		{"unknown role", with(su, func(c *probes.PostgreSQLConfig) { c.User = "nobody_here" }), probes.ReasonAuth},
+		{"missing database", with(su, func(c *probes.PostgreSQLConfig) { c.DBName = "no_such_db" }), probes.ReasonDBMissing},
+		{"TLS required, server without TLS", with(su, func(c *probes.PostgreSQLConfig) { c.SSLMode = probes.SSLRequire }), probes.ReasonTLS},
+		{"query error", query("SELECT 1/0"), probes.ReasonQueryError},
+		{"syntax error", query("SELEC 1"), probes.ReasonQueryError},
+		{"error in a later row", query("SELECT 1/(2-g) FROM generate_series(1, 3) g"), probes.ReasonQueryError},
+		{"false", query("SELECT false"), probes.ReasonQueryFalse},
+		{"NULL", query("SELECT NULL"), probes.ReasonQueryFalse},
+		{"zero", query("SELECT 0"), probes.ReasonQueryFalse},
+		{"numeric zero", query("SELECT 0.00::numeric"), probes.ReasonQueryFalse},
+		{"text off", query("SELECT 'Off'"), probes.ReasonQueryFalse},
+		{"text yes", query("SELECT 'yes'"), probes.ReasonOK},
+		{"no row", query("SELECT 1 WHERE false"), probes.ReasonOK},
+		{"only the first column counts", query("SELECT true, false"), probes.ReasonOK},
+		// The session the probe opens: its name and a statement_timeout
+		// derived from the probe's deadline (1 s, rounded up to ms).
+		{"application_name", query("SELECT current_setting('application_name') = 'swh-probe'"), probes.ReasonOK},
+		{"statement_timeout", query("SELECT setting::int BETWEEN 1 AND 1000 FROM pg_settings WHERE name = 'statement_timeout'"), probes.ReasonOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := probes.Success
+			if tt.reason != probes.ReasonOK {
+				want = probes.Failure
+			}
+			expect(t, newPostgreSQL(t, tt.cfg), tgt, want, tt.reason)
+		})
+	}
+
+	// Servers that are not PostgreSQL: one that greets like SMTP, one that
+	// reads the startup message and never answers. (An HTTP server is the
+	// silent kind: it waits for the end of a request line that never comes.)
+	t.Run("SMTP-like server", func(t *testing.T) {
+		addr := startGreeter(t, "10.244.33.11:5432", "220 mail.example.test ESMTP ready\r\n")
+		expect(t, newPostgreSQL(t, su), target(t, addr), probes.Failure, probes.ReasonProtocol)
+	})
+	t.Run("silent server", func(t *testing.T) {
+		srv := startTCPServer(t, "10.244.33.12:5432")
+		res := expect(t, newPostgreSQL(t, su), target(t, srv.Addr()), probes.Failure, probes.ReasonTimeout)
+		if res.Latency < probeTimeout/2 {
+			t.Errorf("the probe gave up after %v, long before its deadline", res.Latency)
+		}
+	})
+
+	// One probe, one login: the server logs each connection it authorizes.
+	t.Run("one connection per probe", func(t *testing.T) {
+		const n = 3
+		p := newPostgreSQL(t, with(su, func(c *probes.PostgreSQLConfig) { c.ApplicationName = "swh-probe-counted" }))
+		for range n {
+			expect(t, p, tgt, probes.Success, probes.ReasonOK)
+		}
+		eventually(t, 5*time.Second, "the server logged every login", func() (bool, string) {
+			got := strings.Count(pg.Log(), "application_name=swh-probe-counted")
+			return got == n, fmt.Sprintf("%d logins of swh-probe-counted, want %d", got, n)
+		})
+	})
+}
+
+// TestPostgreSQLTooManyConnections fills max_connections with sessions of a
+// non-superuser role: a probe as that role fails with too-many-connections,
+// one as the superuser still gets the reserved slot, and the role's probe
+// passes again once a slot is free.
+func TestPostgreSQLTooManyConnections(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	ctx := testContext(t)
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.34.10", MaxConnections: 4})
+	if err := pg.Exec(ctx, "CREATE ROLE app LOGIN PASSWORD 'app-password'"); err != nil {
+		t.Fatal(err)
+	}
+	tgt := target(t, pg.Addr())
+	app := newPostgreSQL(t, probes.PostgreSQLConfig{User: "app", Password: "app-password", SSLMode: probes.SSLDisable})
+	expect(t, app, tgt, probes.Success, probes.ReasonOK)
+
+	// Hold the role's sessions until the server refuses one.
+	db := openDB(t, pg, "app", "app-password")
+	db.SetMaxIdleConns(0) // a released session ends at once
+	var (
+		held     []*sql.Conn
+		refusals int
+	)
+	t.Cleanup(func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	for {
+		if len(held) == 4 {
+			t.Fatalf("the server accepted %d sessions with max_connections=4", len(held))
+		}
+		c, err := db.Conn(ctx)
+		if err == nil {
+			err = c.PingContext(ctx)
+		}
+		if err != nil {
+			if e := pq.As(err); e == nil || string(e.Code) != "53300" {
+				t.Fatalf("opening session %d: %v, want SQLSTATE 53300", len(held)+1, err)
+			}
+			// A backend exiting (of the probe above, say) may have
+			// taken the slot: full only if still refused a moment later.
+			if refusals++; refusals == 2 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		held = append(held, c)
+	}
+	t.Logf("the role holds %d sessions", len(held))
+
+	res := expect(t, app, tgt, probes.Failure, probes.ReasonTooManyConnections)
+	if !containsFold(res.Message, "connection") {
+		t.Errorf("message %q says nothing of connections", res.Message)
+	}
+	// The superuser's reserved slot: free once the backends of the refused
+	// logins above have exited (each holds a slot for a moment).
+	su := newPostgreSQL(t, superuser(pg))
+	eventually(t, 5*time.Second, "the superuser gets the reserved slot", func() (bool, string) {
+		res := probe(su, tgt, probeTimeout)
+		return res.Passed(), res.String()
+	})
+
+	if err := held[len(held)-1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	held = held[:len(held)-1]
+	// The backend of the released session exits asynchronously.
+	eventually(t, 10*time.Second, "the role's probe passes once a slot is free", func() (bool, string) {
+		res := probe(app, tgt, probeTimeout)
+		return res.Passed(), res.String()
+	})
+}
+
+// TestPostgreSQLQueryTimeout runs a query longer than the probe's timeout:
+// the probe fails with timeout at its deadline, and the server does not keep
+// running the query (statement_timeout ends it) after the probe gave up.
+func TestPostgreSQLQueryTimeout(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	ctx := testContext(t)
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.35.10"})
+	tgt := target(t, pg.Addr())
+	const (
+		sleep   = 5 * time.Second
+		appName = "swh-probe-sleeper"
+	)
+	p := newPostgreSQL(t, with(superuser(pg), func(c *probes.PostgreSQLConfig) {
+		c.Query = fmt.Sprintf("SELECT pg_sleep(%d)", int(sleep.Seconds()))
+		c.ApplicationName = appName
+	}))
+	db := openDB(t, pg, pg.Options().User, pg.Options().Password)
+	backends := func() int {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", appName).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	start := time.Now()
+	res := expect(t, p, tgt, probes.Failure, probes.ReasonTimeout)
+	if res.Latency >= sleep {
+		t.Fatalf("the probe took %v: it waited for the query instead of its 1 s deadline", res.Latency)
+	}
+	// Without statement_timeout the backend would sleep on, unaware that the
+	// client has gone, until the pg_sleep ends; give the server until well
+	// before that to end it.
+	eventually(t, time.Until(start.Add(sleep-time.Second)), "the server ended the query", func() (bool, string) {
+		n := backends()
+		return n == 0, fmt.Sprintf("%d backends of %s in pg_stat_activity", n, appName)
+	})
+	if !strings.Contains(pg.Log(), "canceling statement due to statement timeout") {
+		t.Errorf("the server log does not show the statement timeout")
+	}
+}
+
+// TestPostgreSQLTLS probes a server whose certificate, from a test CA, names
+// its pod address and db.example.test, in every TLS mode. The query asks the
+// server whether the probe's own session is encrypted.
+func TestPostgreSQLTLS(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	ca, err := harness.NewCA("swh-probes-pg-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := harness.NewCA("some-other-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const addr = "10.244.36.10"
+	cert, err := ca.Issue(addr, "db.example.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: addr, TLS: cert})
+	tgt := target(t, pg.Addr())
+	base := with(superuser(pg), func(c *probes.PostgreSQLConfig) {
+		c.Query = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+	})
+	mode := func(m string, caPEM []byte, serverName string) probes.PostgreSQLConfig {
+		return with(base, func(c *probes.PostgreSQLConfig) { c.SSLMode, c.CACert, c.ServerName = m, caPEM, serverName })
+	}
+	tests := []struct {
+		name   string
+		cfg    probes.PostgreSQLConfig
+		reason probes.Reason
+	}{
+		{"disable: the session is not encrypted", mode(probes.SSLDisable, nil, ""), probes.ReasonQueryFalse},
+		{"require", mode(probes.SSLRequire, nil, ""), probes.ReasonOK},
+		{"require with the CA", mode(probes.SSLRequire, ca.PEM, ""), probes.ReasonOK},
+		{"require with another CA", mode(probes.SSLRequire, other.PEM, ""), probes.ReasonTLS},
+		{"verify-ca", mode(probes.SSLVerifyCA, ca.PEM, ""), probes.ReasonOK},
+		{"verify-ca ignores names", mode(probes.SSLVerifyCA, ca.PEM, "other.example.test"), probes.ReasonOK},
+		{"verify-ca with another CA", mode(probes.SSLVerifyCA, other.PEM, ""), probes.ReasonTLS},
+		{"verify-full, pod IP in the certificate", mode(probes.SSLVerifyFull, ca.PEM, ""), probes.ReasonOK},
+		{"verify-full, name in the certificate", mode(probes.SSLVerifyFull, ca.PEM, "db.example.test"), probes.ReasonOK},
+		{"verify-full, name not in the certificate", mode(probes.SSLVerifyFull, ca.PEM, "other.example.test"), probes.ReasonTLS},
+		{"verify-full with another CA", mode(probes.SSLVerifyFull, other.PEM, ""), probes.ReasonTLS},
+		{"verify-full with the system roots", mode(probes.SSLVerifyFull, nil, ""), probes.ReasonTLS},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := probes.Success
+			if tt.reason != probes.ReasonOK {
+				want = probes.Failure
+			}
+			expect(t, newPostgreSQL(t, tt.cfg), tgt, want, tt.reason)
+		})
+	}
+}
