@@ -25,9 +25,11 @@ func (p *Publisher) reportTransitions(swh *swhv1alpha1.ServiceWithHealthchecks, 
 				"pod %s on node %s is ready on port %q", key.pod, p.NodeName, key.port)
 			continue
 		}
-		why := "pod not ready"
-		if f := failures[key.uid]; f != nil {
+		why := "failing probes or pod not ready"
+		if f, seen := failures[key.uid]; seen && f != nil {
 			why = fmt.Sprintf("%s: %s", f.Reason, f.Message)
+		} else if seen && swh.Spec.Healthcheck != nil && len(swh.Spec.Healthcheck.Probes) > 0 {
+			why = "no probe has passed yet"
 		}
 		p.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, "EndpointNotReady", "PublishEndpoints",
 			"pod %s on node %s is not ready on port %q (%s)", key.pod, p.NodeName, key.port, why)

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -43,7 +44,7 @@ func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.
 				FailureThreshold: int(probe.FailureThreshold),
 				InitialHealthy:   initial,
 			})
-			p.state.put(key, &target{tracker: tracker, addr: addr, spec: spec})
+			p.state.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name})
 			var prober probes.Prober
 			if ok {
 				prober = p.factory.build(resource.Namespace, probe)
@@ -83,15 +84,28 @@ func (p *Publisher) removeTargets(resource types.NamespacedName, keep map[target
 
 // onResult runs on the probe's goroutine for every result.
 func (p *Publisher) onResult(r probes.Report[targetKey]) {
-	_, flipped, known := p.state.observe(r.Key, r.Result, time.Now())
+	o, known := p.state.observe(r.Key, r.Result, time.Now())
 	if !known {
 		return
 	}
 	p.Metrics.observeProbe(r.Result)
-	if flipped {
+	if o.newReason && misconfigured(r.Result.Reason) {
+		// Configuration problems get their own event at once: no endpoint
+		// transition may follow (a pod that never passed stays not ready).
+		owner := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{
+			Namespace: r.Key.Resource.Namespace, Name: r.Key.Resource.Name, UID: o.owner}}
+		owner.SetGroupVersionKind(swhv1alpha1.GroupVersion.WithKind("ServiceWithHealthchecks"))
+		p.Recorder.Eventf(owner, nil, corev1.EventTypeWarning, "ProbeMisconfigured", "Probe",
+			"probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.NodeName, r.Result.Message)
+	}
+	if o.flipped {
 		p.Metrics.transition()
 		p.notify(r.Key.Resource)
 	}
+}
+
+func misconfigured(r probes.Reason) bool {
+	return r == ReasonSecret || r == ReasonConfig || r == ReasonNoPort
 }
 
 // probeAddress is the pod's primary address and the probe's port resolved

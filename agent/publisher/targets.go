@@ -26,6 +26,10 @@ type target struct {
 	spec string
 	// last is the latest result, for events and status messages.
 	last probes.Result
+	// owner identifies the resource in events.
+	owner types.UID
+	// pod names the pod in events.
+	pod string
 }
 
 // state holds every target of the node. Probe goroutines report into it
@@ -42,22 +46,33 @@ func newState() *state {
 	return &state{targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{}}
 }
 
-// observe records a result and reports whether the target's verdict flipped.
-func (s *state) observe(key targetKey, res probes.Result, now time.Time) (healthy, flipped, known bool) {
+// observation is what observe learned from one result.
+type observation struct {
+	flipped bool
+	// newReason is set when the result's reason differs from the last one.
+	newReason bool
+	owner     types.UID
+	pod       string
+}
+
+// observe records a result; known is false for a target removed while its
+// probe ran.
+func (s *state) observe(key targetKey, res probes.Result, now time.Time) (o observation, known bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.targets[key]
 	if !ok {
-		return false, false, false // removed while the probe ran
+		return observation{}, false
 	}
+	o = observation{newReason: t.last.Reason != res.Reason, owner: t.owner, pod: t.pod}
 	t.last = res
-	healthy, flipped = t.tracker.Observe(res.Status)
-	if flipped {
+	_, o.flipped = t.tracker.Observe(res.Status)
+	if o.flipped {
 		if _, pending := s.changed[key.Resource]; !pending {
 			s.changed[key.Resource] = now
 		}
 	}
-	return healthy, flipped, true
+	return o, true
 }
 
 // passing returns the probes of a pod whose verdict is healthy, and the

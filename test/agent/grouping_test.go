@@ -1,0 +1,141 @@
+package agent_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// backend is a pod with an HTTP server on 8080 ("http") and a TCP server on
+// 2525 ("smtp") at its address.
+type backend struct {
+	pod  *corev1.Pod
+	http *harness.HTTPServer
+	smtp *harness.TCPServer
+}
+
+func startBackend(t *testing.T, ns, app, name, node, ip string) *backend {
+	t.Helper()
+	ctx := context.Background()
+	b := &backend{}
+	var err error
+	if b.http, err = harness.StartHTTPServer(harness.HTTPServerOptions{Addr: ip + ":8080"}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.http.Stop() })
+	if b.smtp, err = harness.StartTCPServer(ip + ":2525"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.smtp.Stop() })
+	b.pod, err = harness.CreatePod(ctx, controlPlane.Client, harness.PodOptions{
+		Namespace: ns, Name: name, Node: node, Labels: map[string]string{"app": app}, IPs: []string{ip},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "smtp", ContainerPort: 2525}, {Name: "health", ContainerPort: 8081}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var webAndSMTP = []swhv1alpha1.ServicePort{
+	{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080)},
+	{Name: "smtp", Port: 25, TargetPort: intstr.FromString("smtp")},
+}
+
+// TestPortSpecificProbeGatesItsPortOnly: the product statement's "a pod
+// that fails the probes of one balancer is still published by the others",
+// within one resource and across two nodes.
+func TestPortSpecificProbeGatesItsPortOnly(t *testing.T) {
+	startAgent(t, nodeA)
+	startAgent(t, nodeB)
+	ns := namespace(t)
+	a := startBackend(t, ns, "mail", "mail-a", nodeA, "10.244.20.1")
+	startBackend(t, ns, "mail", "mail-b", nodeB, "10.244.20.2")
+	swh := resource(ns, "mail", webAndSMTP,
+		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)),
+		fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(2525)))
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "mail", map[string]string{
+		"mail-smtp-node-a": "mail-a:TTF", "mail-web-node-a": "mail-a:TTF",
+		"mail-smtp-node-b": "mail-b:TTF", "mail-web-node-b": "mail-b:TTF",
+	})
+	a.http.SetStatus(http.StatusServiceUnavailable)
+	waitPublished(t, ns, "mail", map[string]string{
+		"mail-smtp-node-a": "mail-a:TTF", "mail-web-node-a": "mail-a:FFF",
+		"mail-smtp-node-b": "mail-b:TTF", "mail-web-node-b": "mail-b:TTF",
+	})
+	if err := a.smtp.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	a.http.SetStatus(http.StatusOK)
+	waitPublished(t, ns, "mail", map[string]string{
+		"mail-smtp-node-a": "mail-a:FFF", "mail-web-node-a": "mail-a:TTF",
+		"mail-smtp-node-b": "mail-b:TTF", "mail-web-node-b": "mail-b:TTF",
+	})
+	if a.smtp.BytesReceived() != 0 {
+		t.Errorf("the TCP probe wrote %d bytes to the SMTP server", a.smtp.BytesReceived())
+	}
+}
+
+func TestPodWideProbeGatesEveryPort(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	startBackend(t, ns, "app", "app-a", nodeA, "10.244.21.1")
+	health, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: "10.244.21.1:8081"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = health.Stop() })
+	swh := resource(ns, "app", webAndSMTP, fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromString("health")))
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "app", map[string]string{"app-smtp-node-a": "app-a:TTF", "app-web-node-a": "app-a:TTF"})
+	health.SetStatus(http.StatusInternalServerError)
+	waitPublished(t, ns, "app", map[string]string{"app-smtp-node-a": "app-a:FFF", "app-web-node-a": "app-a:FFF"})
+	health.SetStatus(http.StatusOK)
+	waitPublished(t, ns, "app", map[string]string{"app-smtp-node-a": "app-a:TTF", "app-web-node-a": "app-a:TTF"})
+}
+
+// TestUnprobedPortFollowsReadiness: a port no probe checks follows the pod's
+// Ready condition; a probed port ignores it (the probes decide).
+func TestUnprobedPortFollowsReadiness(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	startBackend(t, ns, "half", "half-a", nodeA, "10.244.22.1")
+	swh := resource(ns, "half", webAndSMTP, fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "half", map[string]string{"half-smtp-node-a": "half-a:TTF", "half-web-node-a": "half-a:TTF"})
+	if err := harness.SetPodReady(context.Background(), controlPlane.Client, types.NamespacedName{Namespace: ns, Name: "half-a"}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "half", map[string]string{"half-smtp-node-a": "half-a:FFF", "half-web-node-a": "half-a:TTF"})
+}
+
+func TestTwoProbesOnOnePortAreBothRequired(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	b := startBackend(t, ns, "both", "both-a", nodeA, "10.244.23.1")
+	swh := resource(ns, "both", webAndSMTP[:1],
+		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)),
+		fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromString("http")))
+	swh.Spec.Ports[0].Name = ""
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	// A single unnamed port: the slice is <resource>-<node>.
+	waitPublished(t, ns, "both", map[string]string{"both-node-a": "both-a:TTF"})
+	b.http.SetStatus(http.StatusNotFound) // TCP still connects; HTTP fails
+	waitPublished(t, ns, "both", map[string]string{"both-node-a": "both-a:FFF"})
+}

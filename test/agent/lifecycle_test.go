@@ -1,0 +1,141 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// TestEndpointsCarryNodeAndZone: Local traffic policies and the
+// healthCheckNodePort count endpoints by nodeName.
+func TestEndpointsCarryNodeAndZone(t *testing.T) {
+	startAgent(t, nodeA)
+	startAgent(t, nodeB)
+	ns := namespace(t)
+	startBackend(t, ns, "loc", "loc-a", nodeA, "10.244.24.1")
+	startBackend(t, ns, "loc", "loc-b", nodeB, "10.244.24.2")
+	swh := resource(ns, "loc", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(8080)))
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "loc", map[string]string{"loc-web-node-a": "loc-a:TTF", "loc-web-node-b": "loc-b:TTF"})
+	_, slices, err := published(context.Background(), ns, "loc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zones := map[string]string{nodeA: "zone-a", nodeB: "zone-b"}
+	for _, s := range slices {
+		for _, ep := range s.Endpoints {
+			node := ep.TargetRef.Name[len("loc-"):]
+			want := "node-" + node
+			if ep.NodeName == nil || *ep.NodeName != want || ep.Zone == nil || *ep.Zone != zones[want] {
+				t.Errorf("%s: endpoint %s has nodeName %v zone %v, want %s %s", s.Name, ep.TargetRef.Name, ep.NodeName, ep.Zone, want, zones[want])
+			}
+		}
+		if s.Labels[discoveryv1.LabelServiceName] != "loc" || s.Labels[discoveryv1.LabelManagedBy] != "agent.network.swh.dev" {
+			t.Errorf("%s labels %v", s.Name, s.Labels)
+		}
+		if s.Annotations["endpoints.kubernetes.io/last-change-trigger-time"] == "" {
+			t.Errorf("%s has no last-change-trigger-time", s.Name)
+		}
+	}
+}
+
+// TestTerminatingPodIsMarkedAtOnce: the watch event, not the next probe,
+// marks a deleted pod terminating: not ready, still serving.
+func TestTerminatingPodIsMarkedAtOnce(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	startBackend(t, ns, "term", "term-a", nodeA, "10.244.25.1")
+	swh := resource(ns, "term", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(8080)))
+	// The backend stays healthy: no probe result can explain the change.
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "term", map[string]string{"term-web-node-a": "term-a:TTF"})
+	pod := &corev1.Pod{}
+	if err := controlPlane.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "term-a"}, pod); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// Graceful: no kubelet confirms it, so the pod stays terminating.
+	if err := controlPlane.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(300)); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "term", map[string]string{"term-web-node-a": "term-a:FTT"})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("terminating published after %v", d)
+	}
+	if err := harness.ForceDeletePod(context.Background(), controlPlane.Client, client.ObjectKeyFromObject(pod)); err != nil {
+		t.Fatal(err)
+	}
+	// A node with no pod left publishes no slice for the port.
+	waitPublished(t, ns, "term", map[string]string{})
+}
+
+// TestAgentRestartsDoNotFlap restarts the agent repeatedly under healthy
+// backends while a watcher records every version of the slice: a ready
+// endpoint must never be published not ready.
+func TestAgentRestartsDoNotFlap(t *testing.T) {
+	ns := namespace(t)
+	startBackend(t, ns, "steady", "steady-a", nodeA, "10.244.26.1")
+	startBackend(t, ns, "steady", "steady-b", nodeA, "10.244.26.2")
+	swh := resource(ns, "steady", webAndSMTP,
+		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)),
+		fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(2525)))
+	// Thresholds above 1: a new tracker starting unhealthy would need
+	// three successes to publish, which a watcher cannot miss.
+	for i := range swh.Spec.Healthcheck.Probes {
+		swh.Spec.Healthcheck.Probes[i].SuccessThreshold = 3
+	}
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, nodeA)
+	want := map[string]string{"steady-smtp-node-a": "steady-a:TTF,steady-b:TTF", "steady-web-node-a": "steady-a:TTF,steady-b:TTF"}
+	waitPublished(t, ns, "steady", want)
+
+	var flaps atomic.Int64
+	var seen sync.Map
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			got, _, err := published(context.Background(), ns, "steady")
+			if err == nil && fmt.Sprint(got) != fmt.Sprint(want) {
+				flaps.Add(1)
+				seen.Store(fmt.Sprint(got), true)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	for range 5 {
+		a.Stop()
+		time.Sleep(200 * time.Millisecond)
+		a = startAgent(t, nodeA)
+		time.Sleep(2 * time.Second) // several probe periods
+	}
+	close(stop)
+	<-watched
+	if n := flaps.Load(); n > 0 {
+		seen.Range(func(k, _ any) bool { t.Errorf("published during restarts: %v", k); return true })
+		t.Fatalf("%d observations differed from the healthy state across 5 restarts", n)
+	}
+}

@@ -1,0 +1,211 @@
+// Package agent_test runs swh-agent for real: two agents for two simulated
+// nodes and the controller against a real kube-apiserver, probing real
+// servers on pod addresses inside the test network namespace, and checks the
+// EndpointSlices they publish.
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	agentapp "github.com/swh-dev/swh/agent/app"
+	"github.com/swh-dev/swh/agent/publisher"
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	controllerapp "github.com/swh-dev/swh/controller/app"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+var controlPlane *harness.ControlPlane
+
+const (
+	nodeA = "node-a"
+	nodeB = "node-b"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	flag.Parse()
+	level := zapcore.ErrorLevel
+	if testing.Verbose() {
+		level = zapcore.InfoLevel
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
+	if !harness.InNetworkSandbox() {
+		if harness.InCI() {
+			fmt.Println("the agent suite needs the network namespace of hack/netns.sh")
+			return 1
+		}
+		fmt.Println("skipping the agent suite: run it through make test (pod addresses are not local here)")
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := harness.StartControlPlane(ctx, harness.ControlPlaneOptions{})
+	if err != nil {
+		if errors.Is(err, harness.ErrMissingDependency) && !harness.InCI() {
+			fmt.Println("skipping the agent suite:", err)
+			return 0
+		}
+		fmt.Println("starting the control plane:", err)
+		return 1
+	}
+	defer func() { _ = cp.Stop() }()
+	controlPlane = cp
+	for node, zone := range map[string]string{nodeA: "zone-a", nodeB: "zone-b"} {
+		if _, err := harness.CreateNode(ctx, cp.Client, harness.NodeOptions{Name: node, Zone: zone}); err != nil {
+			fmt.Println(err)
+			return 1
+		}
+	}
+	// One controller for the whole suite: it only keeps the child Services.
+	mgr, err := controllerapp.NewManager(cp.Config, controllerapp.Options{MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry()})
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	cctx, stopController := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(cctx) }()
+	defer func() { stopController(); <-done }()
+	return m.Run()
+}
+
+// agent is one running swh-agent.
+type agent struct {
+	node     string
+	registry *prometheus.Registry
+	stop     context.CancelFunc
+	done     chan error
+}
+
+// startAgent runs an agent for node until it is stopped or the test ends.
+func startAgent(t *testing.T, node string) *agent {
+	t.Helper()
+	a := &agent{node: node, registry: prometheus.NewRegistry(), done: make(chan error, 1)}
+	mgr, err := agentapp.NewManager(controlPlane.Config, agentapp.Options{
+		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry,
+		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: time.Second},
+	})
+	if err != nil {
+		t.Fatalf("creating the agent of %s: %v", node, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.stop = cancel
+	go func() { a.done <- mgr.Start(ctx) }()
+	t.Cleanup(a.Stop)
+	return a
+}
+
+// Stop stops the agent and waits for it.
+func (a *agent) Stop() {
+	if a.stop == nil {
+		return
+	}
+	a.stop()
+	a.stop = nil
+	<-a.done
+}
+
+// namespace creates a namespace and removes its resources at the end (no
+// garbage collector runs here).
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := controlPlane.TestNamespace(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = controlPlane.Client.DeleteAllOf(ctx, &swhv1alpha1.ServiceWithHealthchecks{}, client.InNamespace(ns))
+		_ = controlPlane.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
+		_ = controlPlane.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(ns))
+	})
+	return ns
+}
+
+// fastProbe returns a probe of mode on port that decides after one result.
+func fastProbe(mode swhv1alpha1.ProbeMode, port intstr.IntOrString) swhv1alpha1.Probe {
+	p := swhv1alpha1.Probe{Mode: mode, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1}
+	switch mode {
+	case swhv1alpha1.ProbeModeTCP:
+		p.TCP = &swhv1alpha1.TCPProbe{TargetPort: port}
+	case swhv1alpha1.ProbeModeHTTP:
+		p.HTTP = &swhv1alpha1.HTTPProbe{TargetPort: port, Path: "/", Method: "GET", Scheme: swhv1alpha1.HTTPSchemeHTTP, ExpectedStatusCodes: []string{"200-399"}}
+	}
+	return p
+}
+
+// resource returns a resource selecting app=name with a 1 s period.
+func resource(ns, name string, ports []swhv1alpha1.ServicePort, probes ...swhv1alpha1.Probe) *swhv1alpha1.ServiceWithHealthchecks {
+	return &swhv1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{
+			Ports:       append([]swhv1alpha1.ServicePort(nil), ports...), // callers share port lists
+			Selector:    map[string]string{"app": name},
+			Healthcheck: &swhv1alpha1.Healthcheck{PeriodSeconds: 1, InitialDelaySeconds: 0, Probes: probes},
+		},
+	}
+}
+
+// published describes the slices of a resource: per slice name, the sorted
+// "pod:ready/serving/terminating" of its endpoints.
+func published(ctx context.Context, ns, name string) (map[string]string, []discoveryv1.EndpointSlice, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := controlPlane.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return nil, nil, err
+	}
+	out := map[string]string{}
+	for _, s := range list.Items {
+		var eps []string
+		for _, ep := range s.Endpoints {
+			eps = append(eps, fmt.Sprintf("%s:%s", ep.TargetRef.Name, conditions(ep.Conditions)))
+		}
+		sort.Strings(eps)
+		out[s.Name] = strings.Join(eps, ",")
+	}
+	return out, list.Items, nil
+}
+
+func conditions(c discoveryv1.EndpointConditions) string {
+	b := func(p *bool, def bool) string {
+		if (p == nil && def) || (p != nil && *p) {
+			return "T"
+		}
+		return "F"
+	}
+	return b(c.Ready, true) + b(c.Serving, true) + b(c.Terminating, false)
+}
+
+// waitPublished waits until the resource's slices are exactly want.
+func waitPublished(t *testing.T, ns, name string, want map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	var got map[string]string
+	var err error
+	for time.Now().Before(deadline) {
+		got, _, err = published(ctx, ns, name)
+		if err == nil && fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("slices of %s:\n got %v (%v)\nwant %v", name, got, err, want)
+}
