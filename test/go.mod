@@ -3,6 +3,7 @@ module github.com/swh-dev/swh/test
 go 1.26.0
 
 replace (
+	github.com/swh-dev/swh/agent => ../agent
 	github.com/swh-dev/swh/api => ../api
 	github.com/swh-dev/swh/controller => ../controller
 	github.com/swh-dev/swh/endpoints => ../endpoints
@@ -13,6 +14,7 @@ require (
 	github.com/lib/pq v1.12.3
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.2
+	github.com/swh-dev/swh/agent v0.0.0
 	github.com/swh-dev/swh/api v0.0.0
 	github.com/swh-dev/swh/controller v0.0.0
 	github.com/swh-dev/swh/endpoints v0.0.0
