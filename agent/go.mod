@@ -9,6 +9,7 @@ replace (
 )
 
 require (
+	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/prometheus/client_golang v1.24.0
 	github.com/swh-dev/swh/api v0.0.0
 	github.com/swh-dev/swh/endpoints v0.0.0

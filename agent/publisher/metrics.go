@@ -25,13 +25,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		probeResults: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swh_agent_probe_results_total",
-			Help: "Probe results by status and reason.",
-		}, []string{"status", "reason"}),
+			Help: "Probe results by mode, status and reason.",
+		}, []string{"mode", "status", "reason"}),
 		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "swh_agent_probe_duration_seconds",
 			Help:    "Duration of probes, connection and close included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
-		}, []string{"status"}),
+		}, []string{"mode", "status"}),
 		transitions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "swh_agent_target_transitions_total",
 			Help: "Probe verdicts that flipped between passing and failing after their thresholds.",
@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) observeProbe(r probes.Result) {
+func (m *Metrics) observeProbe(mode string, r probes.Result) {
 	if m == nil {
 		return
 	}
@@ -66,8 +66,8 @@ func (m *Metrics) observeProbe(r probes.Result) {
 	if r.Status == probes.Success {
 		status = "success"
 	}
-	m.probeResults.WithLabelValues(status, string(r.Reason)).Inc()
-	m.probeDuration.WithLabelValues(status).Observe(r.Latency.Seconds())
+	m.probeResults.WithLabelValues(mode, status, string(r.Reason)).Inc()
+	m.probeDuration.WithLabelValues(mode, status).Observe(r.Latency.Seconds())
 }
 
 func (m *Metrics) transition() {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -178,7 +180,7 @@ func (p *Publisher) write(ctx context.Context, changes endpoints.Changes, trigge
 	for i := range changes.Create {
 		s := &changes.Create[i]
 		setAnnotation(s, LastChangeTriggerTime, stamp)
-		err := p.Client.Create(ctx, s)
+		err := retry(ctx, func() error { return p.Client.Create(ctx, s) })
 		p.Metrics.sliceWrite("create", err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("creating slice %s/%s: %w", s.Namespace, s.Name, err))
@@ -187,7 +189,7 @@ func (p *Publisher) write(ctx context.Context, changes endpoints.Changes, trigge
 	for i := range changes.Update {
 		s := &changes.Update[i]
 		setAnnotation(s, LastChangeTriggerTime, stamp)
-		err := p.Client.Update(ctx, s)
+		err := retry(ctx, func() error { return p.Client.Update(ctx, s) })
 		p.Metrics.sliceWrite("update", err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("updating slice %s/%s: %w", s.Namespace, s.Name, err))
@@ -195,7 +197,9 @@ func (p *Publisher) write(ctx context.Context, changes endpoints.Changes, trigge
 	}
 	for i := range changes.Delete {
 		s := &changes.Delete[i]
-		err := p.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+		err := retry(ctx, func() error {
+			return p.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+		})
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
@@ -209,6 +213,32 @@ func (p *Publisher) write(ctx context.Context, changes endpoints.Changes, trigge
 		return err
 	}
 	return nil
+}
+
+// retry runs a write again with exponential backoff while the API server
+// fails in a way that may pass (timeouts, throttling, unavailability), for a
+// few seconds at most. Answers that will not change by retrying (a
+// conflict, a taken name, a refusal) return at once: the reconcile then
+// plans again from fresh data. Probing goes on meanwhile: it runs on the
+// scheduler's goroutines, not here.
+func retry(ctx context.Context, write func() error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = time.Second
+	b.MaxElapsedTime = 5 * time.Second
+	return backoff.Retry(func() error {
+		err := write()
+		if err == nil || !transient(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+func transient(err error) bool {
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func setAnnotation(obj metav1.Object, key, value string) {

@@ -44,7 +44,7 @@ func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.
 				FailureThreshold: int(probe.FailureThreshold),
 				InitialHealthy:   initial,
 			})
-			p.state.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name})
+			p.state.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode)})
 			var prober probes.Prober
 			if ok {
 				prober = p.factory.build(resource.Namespace, probe)
@@ -88,7 +88,7 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 	if !known {
 		return
 	}
-	p.Metrics.observeProbe(r.Result)
+	p.Metrics.observeProbe(o.mode, r.Result)
 	if o.newReason && misconfigured(r.Result.Reason) {
 		// Configuration problems get their own event at once: no endpoint
 		// transition may follow (a pod that never passed stays not ready).

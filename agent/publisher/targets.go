@@ -30,6 +30,8 @@ type target struct {
 	owner types.UID
 	// pod names the pod in events.
 	pod string
+	// mode labels the probe's metrics.
+	mode string
 }
 
 // state holds every target of the node. Probe goroutines report into it
@@ -53,6 +55,7 @@ type observation struct {
 	newReason bool
 	owner     types.UID
 	pod       string
+	mode      string
 }
 
 // observe records a result; known is false for a target removed while its
@@ -64,7 +67,7 @@ func (s *state) observe(key targetKey, res probes.Result, now time.Time) (o obse
 	if !ok {
 		return observation{}, false
 	}
-	o = observation{newReason: t.last.Reason != res.Reason, owner: t.owner, pod: t.pod}
+	o = observation{newReason: t.last.Reason != res.Reason, owner: t.owner, pod: t.pod, mode: t.mode}
 	t.last = res
 	_, o.flipped = t.tracker.Observe(res.Status)
 	if o.flipped {
