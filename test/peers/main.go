@@ -78,6 +78,8 @@ func run(w io.Writer, o options) error {
 	fmt.Fprintf(w, "Probers side by side: %s %s/%s, %d CPUs, GOMAXPROCS %d; servers in a child process on 127.0.0.1.\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintln(w, "CPU is getrusage of this process (user+sys); on loopback the sys part includes kernel work for the server's side of the packets.")
+	fmt.Fprintf(w, "Load average at the start: %s (other work on the machine skews figures; the ratios of one run are what compare).\n", loadAverage())
+	defer func() { fmt.Fprintf(w, "\nLoad average at the end: %s\n", loadAverage()) }()
 	if want["tcp"] {
 		c, err := compare("TCP: connect and close", "tcp", tcpVariants(), o.rounds, o.tcpOps)
 		if err != nil {
@@ -154,20 +156,34 @@ func printScheduler(w io.Writer, cfg SchedConfig, rows []*SchedRow) {
 	fmt.Fprintf(w, "\nScheduler: %d TCP targets on %d ports of 127.0.0.1, period %v, measured for %v after %v of warm-up\n",
 		cfg.Targets, cfg.Listeners, cfg.Period, cfg.Duration, cfg.Warmup)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tprobes/s\tcores\tlag p50\tlag p99\tlag max\tfalse failures\tTIME_WAIT run+shutdown\tpeak goroutines\tpeak threads\tserver cores\t")
+	fmt.Fprintln(tw, "run\tprobes/s\tcores\tlag p50\tlag p99\tlag max\tprobe p50\tprobe p99\tfalse failures\tTIME_WAIT run+shutdown\tpeak goroutines\tpeak threads\tserver cores\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t%s\t%s\t%s\t%d+%d\t%d\t%d\t%.3f\t\n", r.Name, r.ProbesPerSec, r.Cores,
-			dur(r.LagP50), dur(r.LagP99), dur(r.LagMax), r.FailureSummary(), r.TimeWait, r.TimeWaitShutdown, r.Goroutines, r.Threads, r.ServerCores)
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%d+%d\t%d\t%d\t%.3f\t\n", r.Name, r.ProbesPerSec, r.Cores,
+			dur(r.LagP50), dur(r.LagP99), dur(r.LagMax), dur(r.ProbeP50), dur(r.ProbeP99), r.FailureSummary(), r.TimeWait, r.TimeWaitShutdown, r.Goroutines, r.Threads, r.ServerCores)
 	}
 	if len(rows) == 2 {
 		a, b := rows[0], rows[1]
-		fmt.Fprintf(tw, "ours / kubelet-style\t%s\t%s\t%s\t%s\t\t\t\t%s\t%s\t\t\n", x(a.ProbesPerSec, b.ProbesPerSec), x(a.Cores, b.Cores),
-			x(float64(a.LagP50), float64(b.LagP50)), x(float64(a.LagP99), float64(b.LagP99)), x(float64(a.Goroutines), float64(b.Goroutines)), x(float64(a.Threads), float64(b.Threads)))
+		fmt.Fprintf(tw, "ours / kubelet-style\t%s\t%s\t%s\t%s\t\t%s\t%s\t\t\t%s\t%s\t\t\n", x(a.ProbesPerSec, b.ProbesPerSec), x(a.Cores, b.Cores),
+			x(float64(a.LagP50), float64(b.LagP50)), x(float64(a.LagP99), float64(b.LagP99)),
+			x(float64(a.ProbeP50), float64(b.ProbeP50)), x(float64(a.ProbeP99), float64(b.ProbeP99)), x(float64(a.Goroutines), float64(b.Goroutines)), x(float64(a.Threads), float64(b.Threads)))
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "(lag: Report.Started - Report.Scheduled, or for kubelet-style the ticker's time to the probe's start; cores: CPU time / wall time;")
 	fmt.Fprintln(w, " TIME_WAIT: the prober's sockets to the listeners in TIME_WAIT at the end of the window (warm-up included), + those the shutdown added")
 	fmt.Fprintln(w, " by canceling probes mid-connect; kubelet-style leaves out kubelet's result and status managers, so it flatters kubelet)")
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages of the machine.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func goal(w io.Writer, what string, met bool) {

@@ -39,8 +39,10 @@ type SchedRow struct {
 	ServerCores    float64 // CPU time of the server process / window (not the prober's)
 	LagP50, LagP99 time.Duration
 	LagMax         time.Duration
-	Failures       map[string]int // reason -> count; every server is up, so all are false failures
-	TimeWait       int            // prober-side TIME_WAIT sockets at the end of the window, before shutdown
+	// ProbeP50 and ProbeP99 are the probes' own durations (connect and close).
+	ProbeP50, ProbeP99 time.Duration
+	Failures           map[string]int // reason -> count; every server is up, so all are false failures
+	TimeWait           int            // prober-side TIME_WAIT sockets at the end of the window, before shutdown
 	// TimeWaitShutdown is how many more the shutdown left: probes still
 	// connecting when it canceled them.
 	TimeWaitShutdown int
@@ -73,19 +75,21 @@ type recorder struct {
 	measuring atomic.Bool
 	mu        sync.Mutex
 	lags      []time.Duration
+	latencies []time.Duration
 	failures  map[string]int
 }
 
 func newRecorder(capacity int) *recorder {
-	return &recorder{lags: make([]time.Duration, 0, capacity), failures: map[string]int{}}
+	return &recorder{lags: make([]time.Duration, 0, capacity), latencies: make([]time.Duration, 0, capacity), failures: map[string]int{}}
 }
 
-func (r *recorder) record(lag time.Duration, failure string) {
+func (r *recorder) record(lag, latency time.Duration, failure string) {
 	if !r.measuring.Load() {
 		return
 	}
 	r.mu.Lock()
 	r.lags = append(r.lags, lag)
+	r.latencies = append(r.latencies, latency)
 	if failure != "" {
 		r.failures[failure]++
 	}
@@ -168,6 +172,8 @@ func runLoad(name string, cfg SchedConfig, start func(ctx context.Context, targe
 	if len(lags) > 0 {
 		row.LagMax = lags[len(lags)-1]
 	}
+	slices.Sort(rec.latencies)
+	row.ProbeP50, row.ProbeP99 = percentile(rec.latencies, 0.5), percentile(rec.latencies, 0.99)
 	return row, nil
 }
 
@@ -184,7 +190,7 @@ func runScheduler(cfg SchedConfig) (*SchedRow, error) {
 			if !r.Result.Passed() {
 				failure = string(r.Result.Reason)
 			}
-			rec.record(r.Started.Sub(r.Scheduled), failure)
+			rec.record(r.Started.Sub(r.Scheduled), r.Result.Latency, failure)
 		}})
 		if err != nil {
 			return nil, err
@@ -236,7 +242,7 @@ func runKubeletStyle(cfg SchedConfig) (*SchedRow, error) {
 					if ctx.Err() != nil {
 						return
 					}
-					rec.record(started.Sub(due), failure)
+					rec.record(started.Sub(due), time.Since(started), failure)
 					select {
 					case <-ctx.Done():
 						return
