@@ -139,3 +139,33 @@ func TestTwoProbesOnOnePortAreBothRequired(t *testing.T) {
 	b.http.SetStatus(http.StatusNotFound) // TCP still connects; HTTP fails
 	waitPublished(t, ns, "both", map[string]string{"both-node-a": "both-a:FFF"})
 }
+
+// TestWebAndSMTPBalancersOnOnePod is the product statement's virtual machine
+// example: two resources, web (HTTP probe) and smtp (TCP probe), select the
+// same pod and fail independently.
+func TestWebAndSMTPBalancersOnOnePod(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	vm := startBackend(t, ns, "vm", "vm-0", nodeA, "10.244.29.1")
+	web := resource(ns, "web", []swhv1alpha1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
+	smtp := resource(ns, "smtp", []swhv1alpha1.ServicePort{{Port: 25, TargetPort: intstr.FromInt32(2525)}},
+		fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(2525)))
+	for _, r := range []*swhv1alpha1.ServiceWithHealthchecks{web, smtp} {
+		r.Spec.Selector = map[string]string{"app": "vm"}
+		if err := controlPlane.Client.Create(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPublished(t, ns, "web", map[string]string{"web-node-a": "vm-0:TTF"})
+	waitPublished(t, ns, "smtp", map[string]string{"smtp-node-a": "vm-0:TTF"})
+	vm.http.SetStatus(http.StatusBadGateway)
+	waitPublished(t, ns, "web", map[string]string{"web-node-a": "vm-0:FFF"})
+	waitPublished(t, ns, "smtp", map[string]string{"smtp-node-a": "vm-0:TTF"})
+	vm.http.SetStatus(http.StatusOK)
+	if err := vm.smtp.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "web", map[string]string{"web-node-a": "vm-0:TTF"})
+	waitPublished(t, ns, "smtp", map[string]string{"smtp-node-a": "vm-0:FFF"})
+}
