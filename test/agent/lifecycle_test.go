@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -138,4 +139,39 @@ func TestAgentRestartsDoNotFlap(t *testing.T) {
 		seen.Range(func(k, _ any) bool { t.Errorf("published during restarts: %v", k); return true })
 		t.Fatalf("%d observations differed from the healthy state across 5 restarts", n)
 	}
+}
+
+// TestConvergesAfterAPIServerOutage freezes the API server while a backend
+// fails and recovers from its failure: once the server answers again, the
+// slices converge to the backend's current state.
+func TestConvergesAfterAPIServerOutage(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	b := startBackend(t, ns, "outage", "outage-a", nodeA, "10.244.30.1")
+	c := startBackend(t, ns, "outage", "outage-b", nodeA, "10.244.30.2")
+	swh := resource(ns, "outage", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "outage", map[string]string{"outage-web-node-a": "outage-a:TTF,outage-b:TTF"})
+	resume, err := controlPlane.PauseAPIServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_ = resume()
+		}
+	})
+	b.http.SetStatus(http.StatusServiceUnavailable)
+	c.http.SetStatus(http.StatusServiceUnavailable)
+	time.Sleep(3 * time.Second) // probes fail; writes hang
+	c.http.SetStatus(http.StatusOK)
+	time.Sleep(2 * time.Second)
+	resumed = true
+	if err := resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "outage", map[string]string{"outage-web-node-a": "outage-a:FFF,outage-b:TTF"})
 }

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,4 +205,46 @@ func (cp *ControlPlane) TestNamespace(t testing.TB) string {
 		t.Fatalf("%v", err)
 	}
 	return ns.Name
+}
+
+// PauseAPIServer freezes kube-apiserver (SIGSTOP): clients' requests and
+// watches hang as with a server that stopped answering. The returned
+// function resumes it (SIGCONT).
+func (cp *ControlPlane) PauseAPIServer() (resume func() error, err error) {
+	pid, err := processWith(cp.env.ControlPlane.APIServer.CertDir, "kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("stopping kube-apiserver (pid %d): %w", pid, err)
+	}
+	return func() error {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			return fmt.Errorf("resuming kube-apiserver (pid %d): %w", pid, err)
+		}
+		return nil
+	}, nil
+}
+
+// processWith finds the PID of the program whose command line holds both
+// words (the control plane's own folders make it unique).
+func processWith(word, program string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("listing processes: %w", err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if s := string(cmdline); strings.Contains(s, word) && strings.Contains(s, program) {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s process mentions %s", program, word)
 }
