@@ -51,7 +51,8 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	}
 	p.state = newState()
 	p.factory = newProberFactory(mgr.GetAPIReader(), opts.SecretTTL)
-	sched, err := probes.NewScheduler(probes.SchedulerOptions[targetKey]{OnResult: p.onResult, MaxConcurrent: opts.MaxConcurrentProbes})
+	// The publisher places each job itself (see phaseOf): no random jitter.
+	sched, err := probes.NewScheduler(probes.SchedulerOptions[targetKey]{OnResult: p.onResult, MaxConcurrent: opts.MaxConcurrentProbes, NoJitter: true})
 	if err != nil {
 		return fmt.Errorf("creating the probe scheduler: %w", err)
 	}

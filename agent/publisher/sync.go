@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,12 +53,13 @@ func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.
 				port := probeTargetPort(probe)
 				prober = failing(ReasonNoPort, fmt.Sprintf("pod %s has no container port named %q", pod.Name, port.String()))
 			}
+			period := time.Duration(swh.Spec.Healthcheck.PeriodSeconds) * time.Second
 			job := probes.Job{
 				Prober:       prober,
 				Target:       addr,
-				Period:       time.Duration(swh.Spec.Healthcheck.PeriodSeconds) * time.Second,
+				Period:       period,
 				Timeout:      time.Duration(probe.TimeoutSeconds) * time.Second,
-				InitialDelay: initialDelay(pod, swh.Spec.Healthcheck.InitialDelaySeconds),
+				InitialDelay: alignedDelay(time.Now(), initialDelay(pod, swh.Spec.Healthcheck.InitialDelaySeconds), period, phaseOf(resource, period)),
 			}
 			if running {
 				_ = p.scheduler.Update(key, job)
@@ -122,6 +124,35 @@ func initialDelay(pod *corev1.Pod, seconds int32) time.Duration {
 		delay -= time.Since(pod.Status.StartTime.Time)
 	}
 	return max(delay, 0)
+}
+
+// phaseOf places a resource's probes within their period: every target of
+// one resource (on every node) probes at the same phase, so a failure of all
+// its pods is seen within milliseconds and costs one write per slice, while
+// different resources spread over the period instead of firing together.
+func phaseOf(resource types.NamespacedName, period time.Duration) time.Duration {
+	if period <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(resource.String()))
+	return time.Duration(h.Sum64() % uint64(period))
+}
+
+// alignedDelay returns the wait, at least minDelay, until the next instant
+// whose offset in the period (counted from the Unix epoch, the same on
+// every node) is phase.
+func alignedDelay(now time.Time, minDelay, period, phase time.Duration) time.Duration {
+	if period <= 0 {
+		return minDelay
+	}
+	earliest := now.Add(minDelay).UnixNano()
+	off := (earliest - int64(phase)) % int64(period)
+	if off < 0 {
+		off += int64(period)
+	}
+	wait := (int64(period) - off) % int64(period)
+	return minDelay + time.Duration(wait)
 }
 
 // readyPorts maps each pod to the ports (by name) it is published ready on.

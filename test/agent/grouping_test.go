@@ -21,7 +21,7 @@ type backend struct {
 	smtp *harness.TCPServer
 }
 
-func startBackend(t *testing.T, ns, app, name, node, ip string) *backend {
+func startBackend(t testing.TB, ns, app, name, node, ip string) *backend {
 	t.Helper()
 	ctx := context.Background()
 	b := &backend{}

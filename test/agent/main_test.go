@@ -99,7 +99,7 @@ type agent struct {
 }
 
 // startAgent runs an agent for node until it is stopped or the test ends.
-func startAgent(t *testing.T, node string) *agent {
+func startAgent(t testing.TB, node string) *agent {
 	t.Helper()
 	a := &agent{node: node, registry: prometheus.NewRegistry(), done: make(chan error, 1)}
 	mgr, err := agentapp.NewManager(controlPlane.Config, agentapp.Options{
