@@ -67,9 +67,9 @@ bench-controller: tools build ## Scale check: 1,000 resources at once; time to s
 
 
 .PHONY: bench-agent
-bench-agent: tools ## Agent reaction time and slice writes per change, with real backends (figures for issue 6).
+bench-agent: tools build ## Agent reaction time, slice writes per change and footprint, with real backends (figures for issue 6).
 	@cd test && go test -c -o $(BIN)/agent.test ./agent/
-	@hack/netns.sh bash -c 'cd test/agent && $(BIN)/agent.test -test.run "^$$" -test.bench BenchmarkAgentReaction -test.benchtime 1x'
+	@hack/netns.sh bash -c 'cd test/agent && $(BIN)/agent.test -test.run "^$$" -test.bench BenchmarkAgent -test.benchtime 1x'
 
 .PHONY: test
 test: ## Run every test: unit tests, then the integration suites in a private network namespace.
