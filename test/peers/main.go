@@ -78,9 +78,9 @@ func run(w io.Writer, o options) error {
 	fmt.Fprintf(w, "Probers side by side: %s %s/%s, %d CPUs, GOMAXPROCS %d; servers in a child process on 127.0.0.1.\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	fmt.Fprintln(w, "CPU is getrusage of this process (user+sys); on loopback the sys part includes kernel work for the server's side of the packets.")
-	fmt.Fprintf(w, "Load average at the start: %s (other work on the machine skews figures; the ratios of one run are what compare).\n", loadAverage())
-	defer func() { fmt.Fprintf(w, "\nLoad average at the end: %s\n", loadAverage()) }()
+	fmt.Fprintln(w, "Other work on the machine skews the figures (see the load averages before each part): compare the ratios of one run.")
 	if want["tcp"] {
+		fmt.Fprintf(w, "\nLoad average before TCP: %s\n", loadAverage())
 		c, err := compare("TCP: connect and close", "tcp", tcpVariants(), o.rounds, o.tcpOps)
 		if err != nil {
 			return fmt.Errorf("TCP: %w", err)
@@ -93,6 +93,7 @@ func run(w io.Writer, o options) error {
 		}
 	}
 	if want["http"] {
+		fmt.Fprintf(w, "\nLoad average before HTTP: %s\n", loadAverage())
 		c, err := compare("HTTP: GET /healthz, no keep-alive", "http", httpVariants(), o.rounds, o.httpOps)
 		if err != nil {
 			return fmt.Errorf("HTTP: %w", err)
@@ -104,6 +105,7 @@ func run(w io.Writer, o options) error {
 		}
 	}
 	if want["scheduler"] {
+		fmt.Fprintf(w, "\nLoad average before the scheduler: %s\n", loadAverage())
 		rows := []*SchedRow{}
 		r, err := runScheduler(o.sched)
 		if err != nil {
@@ -130,7 +132,7 @@ func run(w io.Writer, o options) error {
 }
 
 func printComparison(w io.Writer, c *Comparison) {
-	fmt.Fprintf(w, "\n%s: %d interleaved rounds of %d probes per variant, medians of the rounds\n", c.Title, c.Rounds, c.OpsPer)
+	fmt.Fprintf(w, "%s: %d interleaved rounds of %d probes per variant, medians of the rounds\n", c.Title, c.Rounds, c.OpsPer)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "variant\tns/op\tallocs/op\tB/op\tCPU µs/op\tuser\tsys\tTIME_WAIT left\tfailures\t")
 	for _, r := range c.Rows {
@@ -153,7 +155,7 @@ func printComparison(w io.Writer, c *Comparison) {
 }
 
 func printScheduler(w io.Writer, cfg SchedConfig, rows []*SchedRow) {
-	fmt.Fprintf(w, "\nScheduler: %d TCP targets on %d ports of 127.0.0.1, period %v, measured for %v after %v of warm-up\n",
+	fmt.Fprintf(w, "Scheduler: %d TCP targets on %d ports of 127.0.0.1, period %v, measured for %v after %v of warm-up\n",
 		cfg.Targets, cfg.Listeners, cfg.Period, cfg.Duration, cfg.Warmup)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\tprobes/s\tcores\tlag p50\tlag p99\tlag max\tprobe p50\tprobe p99\tfalse failures\tTIME_WAIT run+shutdown\tpeak goroutines\tpeak threads\tserver cores\t")
