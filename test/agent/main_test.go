@@ -6,8 +6,6 @@ package agent_test
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"sort"
@@ -16,14 +14,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	agentapp "github.com/swh-dev/swh/agent/app"
 	"github.com/swh-dev/swh/agent/publisher"
@@ -40,54 +35,26 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	os.Exit(harness.RunSuite(m, harness.SuiteOptions{Name: "agent", NeedsSandbox: true, Setup: setup}))
 }
 
-func run(m *testing.M) int {
-	flag.Parse()
-	level := zapcore.ErrorLevel
-	if testing.Verbose() {
-		level = zapcore.InfoLevel
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	if !harness.InNetworkSandbox() {
-		if harness.InCI() {
-			fmt.Println("the agent suite needs the network namespace of hack/netns.sh")
-			return 1
-		}
-		fmt.Println("skipping the agent suite: run it through make test (pod addresses are not local here)")
-		return 0
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cp, err := harness.StartControlPlane(ctx, harness.ControlPlaneOptions{})
-	if err != nil {
-		if errors.Is(err, harness.ErrMissingDependency) && !harness.InCI() {
-			fmt.Println("skipping the agent suite:", err)
-			return 0
-		}
-		fmt.Println("starting the control plane:", err)
-		return 1
-	}
-	defer func() { _ = cp.Stop() }()
+// setup creates the two nodes and starts one controller for the whole
+// suite: it only keeps the child Services.
+func setup(ctx context.Context, cp *harness.ControlPlane) (func(), error) {
 	controlPlane = cp
 	for node, zone := range map[string]string{nodeA: "zone-a", nodeB: "zone-b"} {
 		if _, err := harness.CreateNode(ctx, cp.Client, harness.NodeOptions{Name: node, Zone: zone}); err != nil {
-			fmt.Println(err)
-			return 1
+			return nil, err
 		}
 	}
-	// One controller for the whole suite: it only keeps the child Services.
 	mgr, err := controllerapp.NewManager(cp.Config, controllerapp.Options{MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry()})
 	if err != nil {
-		fmt.Println(err)
-		return 1
+		return nil, err
 	}
-	cctx, stopController := context.WithCancel(context.Background())
+	cctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(cctx) }()
-	defer func() { stopController(); <-done }()
-	return m.Run()
+	return func() { stop(); <-done }, nil
 }
 
 // agent is one running swh-agent.

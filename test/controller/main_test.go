@@ -6,8 +6,6 @@ package controller_test
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -16,15 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -38,35 +33,18 @@ import (
 var controlPlane *harness.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	flag.Parse()
-	// The controller's errors show in the test output; info logs only with -v.
-	level := zapcore.ErrorLevel
-	if testing.Verbose() {
-		level = zapcore.InfoLevel
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.Level(level)))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cp, err := harness.StartControlPlane(ctx, harness.ControlPlaneOptions{
-		// Dual-stack, so dual-stack resources get both families, and large enough
-		// for the scale check.
-		ExtraAPIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16,fd00:10:96::/112"},
-	})
-	if err != nil {
-		if errors.Is(err, harness.ErrMissingDependency) && !harness.InCI() {
-			fmt.Println("skipping the controller suite:", err)
-			return 0
-		}
-		fmt.Println("starting the control plane:", err)
-		return 1
-	}
-	defer func() { _ = cp.Stop() }()
-	controlPlane = cp
-	return m.Run()
+	os.Exit(harness.RunSuite(m, harness.SuiteOptions{
+		Name: "controller",
+		ControlPlane: harness.ControlPlaneOptions{
+			// Dual-stack, so dual-stack resources get both families, and
+			// large enough for the scale check.
+			ExtraAPIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16,fd00:10:96::/112"},
+		},
+		Setup: func(_ context.Context, cp *harness.ControlPlane) (func(), error) {
+			controlPlane = cp
+			return nil, nil
+		},
+	}))
 }
 
 // controller is one running swh-controller with its own metrics registry.

@@ -5,8 +5,6 @@ package crd_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,24 +26,10 @@ import (
 var controlPlane *harness.ControlPlane
 
 func TestMain(m *testing.M) {
-	os.Exit(runWithControlPlane(m))
-}
-
-func runWithControlPlane(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cp, err := harness.StartControlPlane(ctx, harness.ControlPlaneOptions{})
-	if err != nil {
-		if errors.Is(err, harness.ErrMissingDependency) && !harness.InCI() {
-			fmt.Println("skipping the CRD suite:", err)
-			return 0
-		}
-		fmt.Println("starting the control plane:", err)
-		return 1
-	}
-	defer func() { _ = cp.Stop() }()
-	controlPlane = cp
-	return m.Run()
+	os.Exit(harness.RunSuite(m, harness.SuiteOptions{Name: "CRD", Setup: func(_ context.Context, cp *harness.ControlPlane) (func(), error) {
+		controlPlane = cp
+		return nil, nil
+	}}))
 }
 
 func decode(t *testing.T, manifest []byte) *unstructured.Unstructured {
