@@ -1,10 +1,16 @@
 package publisher
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/swh-dev/swh/endpoints"
 )
 
 func TestAlignedDelay(t *testing.T) {
@@ -45,5 +51,56 @@ func TestPhaseOfSpreadsResources(t *testing.T) {
 	a := types.NamespacedName{Namespace: "ns", Name: "web"}
 	if phaseOf(a, time.Second) != phaseOf(a, time.Second) {
 		t.Error("the phase of a resource is not stable: agents on different nodes would disagree")
+	}
+}
+
+func TestReadyOnGatedPorts(t *testing.T) {
+	ports := []corev1.ServicePort{
+		{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080)},
+		{Name: "smtp", Port: 25, TargetPort: intstr.FromInt32(2525)},
+	}
+	// Probe 0 checks web only, probe 1 is pod-wide (port 9999 is no Service port).
+	g, err := endpoints.NewGrouping(ports, []intstr.IntOrString{intstr.FromInt32(8080), intstr.FromInt32(9999)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	names := []string{"web", "smtp"}
+	tests := []struct {
+		name  string
+		probe int
+		ready map[string]bool
+		want  bool
+	}{
+		{"nothing published", 0, nil, false},
+		{"its port ready", 0, map[string]bool{"web": true}, true},
+		{"its port not ready, another is", 0, map[string]bool{"smtp": true}, false},
+		{"pod-wide probe needs every port", 1, map[string]bool{"web": true}, false},
+		{"pod-wide probe, every port ready", 1, map[string]bool{"web": true, "smtp": true}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := readyOnGatedPorts(g, names, pod, tt.probe, tt.ready); got != tt.want {
+				t.Errorf("readyOnGatedPorts = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadyPorts(t *testing.T) {
+	slice := func(port string, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
+		return discoveryv1.EndpointSlice{Ports: []discoveryv1.EndpointPort{{Name: &port}}, Endpoints: eps}
+	}
+	ep := func(uid string, ready *bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{TargetRef: &corev1.ObjectReference{UID: types.UID(uid)}, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
+	}
+	yes, no := true, false
+	got := readyPorts([]discoveryv1.EndpointSlice{
+		slice("web", ep("a", &yes), ep("b", &no), ep("c", nil)),
+		slice("smtp", ep("a", &no)),
+	})
+	want := map[types.UID]map[string]bool{"a": {"web": true}, "c": {"web": true}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("readyPorts = %v, want %v (nil ready means ready)", got, want)
 	}
 }

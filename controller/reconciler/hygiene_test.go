@@ -1,0 +1,77 @@
+package reconciler
+
+import (
+	"sort"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
+)
+
+func TestStaleSlices(t *testing.T) {
+	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{Ports: []swhv1alpha1.ServicePort{{Name: "http", Port: 80}}}}
+	slice := func(name, service, managedBy, node, port string, family discoveryv1.AddressType) discoveryv1.EndpointSlice {
+		return discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+				discoveryv1.LabelServiceName: service, discoveryv1.LabelManagedBy: managedBy, endpoints.DefaultNodeLabel: node}},
+			AddressType: family,
+			Ports:       []discoveryv1.EndpointPort{{Name: &port}},
+		}
+	}
+	agent := endpoints.DefaultManagedBy
+	slices := []discoveryv1.EndpointSlice{
+		slice("live", "web", agent, "a", "http", discoveryv1.AddressTypeIPv4),
+		slice("gone-node", "web", agent, "b", "http", discoveryv1.AddressTypeIPv4),
+		slice("gone-port", "web", agent, "a", "metrics", discoveryv1.AddressTypeIPv4),
+		slice("gone-family", "web", agent, "a", "http", discoveryv1.AddressTypeIPv6),
+		slice("foreign-manager", "web", "someone-else", "b", "metrics", discoveryv1.AddressTypeIPv6),
+		slice("other-service", "api", agent, "b", "metrics", discoveryv1.AddressTypeIPv6),
+	}
+	stale := staleSlices(swh, slices, map[string]bool{"a": true}, []corev1.IPFamily{corev1.IPv4Protocol})
+	var got []string
+	for s := range stale {
+		got = append(got, s.Name)
+	}
+	sort.Strings(got)
+	want := []string{"gone-family", "gone-node", "gone-port"}
+	if len(got) != len(want) {
+		t.Fatalf("stale = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("stale = %v, want %v", got, want)
+		}
+	}
+}
+
+func TestComputeStatusCountsPodsOnce(t *testing.T) {
+	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Name: "web", Generation: 3},
+		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{Ports: []swhv1alpha1.ServicePort{{Name: "a", Port: 1}, {Name: "b", Port: 2}}}}
+	yes, no := true, false
+	ep := func(uid, addr string, ready bool) discoveryv1.Endpoint {
+		r := &no
+		if ready {
+			r = &yes
+		}
+		return discoveryv1.Endpoint{Addresses: []string{addr}, TargetRef: &corev1.ObjectReference{UID: types.UID(uid)}, Conditions: discoveryv1.EndpointConditions{Ready: r}}
+	}
+	port := func(name string) []discoveryv1.EndpointPort { return []discoveryv1.EndpointPort{{Name: &name}} }
+	slices := []discoveryv1.EndpointSlice{
+		{Ports: port("a"), AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", true)}},
+		{Ports: port("a"), AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{ep("p1", "fd00::1", true)}},
+		{Ports: port("b"), AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", false)}},
+	}
+	st := computeStatus(swh, nil, slices, metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionTrue, Reason: ReasonServiceSynced})
+	if st.Ports[0].TotalEndpoints != 2 || st.Ports[0].ReadyEndpoints != 2 || st.Ports[1].ReadyEndpoints != 1 {
+		t.Errorf("ports %+v: a dual-stack pod must count once", st.Ports)
+	}
+	if st.Ready != "1/2" || st.ObservedGeneration != 3 {
+		t.Errorf("ready %q generation %d, want 1/2 and 3", st.Ready, st.ObservedGeneration)
+	}
+}
