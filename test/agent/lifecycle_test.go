@@ -175,3 +175,28 @@ func TestConvergesAfterAPIServerOutage(t *testing.T) {
 	}
 	waitPublished(t, ns, "outage", map[string]string{"outage-web-node-a": "outage-a:FFF,outage-b:TTF"})
 }
+
+// TestConvergesAfterAPIServerRestart stops kube-apiserver, fails a backend
+// while it is down, starts it again: the agent's watches reconnect and the
+// slices converge.
+func TestConvergesAfterAPIServerRestart(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	b := startBackend(t, ns, "restart", "restart-a", nodeA, "10.244.31.1")
+	startBackend(t, ns, "restart", "restart-b", nodeA, "10.244.31.2")
+	swh := resource(ns, "restart", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "restart", map[string]string{"restart-web-node-a": "restart-a:TTF,restart-b:TTF"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- controlPlane.RestartAPIServer(ctx, 3*time.Second) }()
+	time.Sleep(time.Second) // the server is going down
+	b.http.SetStatus(http.StatusServiceUnavailable)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "restart", map[string]string{"restart-web-node-a": "restart-a:FFF,restart-b:TTF"})
+}

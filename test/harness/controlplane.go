@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -39,6 +40,9 @@ type ControlPlane struct {
 	Scheme *runtime.Scheme
 	// Kubeconfig is the path of a kubeconfig file kubectl can use.
 	Kubeconfig string
+	// restarted holds kube-apiserver processes RestartAPIServer started;
+	// envtest does not know them, so Stop ends them first.
+	restarted []*exec.Cmd
 }
 
 // ControlPlaneOptions configures StartControlPlane.
@@ -136,6 +140,10 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 
 // Stop stops kube-apiserver and etcd and removes their data.
 func (cp *ControlPlane) Stop() error {
+	for _, cmd := range cp.restarted {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
 	if err := cp.env.Stop(); err != nil {
 		return fmt.Errorf("stopping the control plane: %w", err)
 	}
@@ -247,4 +255,51 @@ func processWith(word, program string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no %s process mentions %s", program, word)
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, as at a shutdown), waits
+// down, and starts it again with the same command line: the same port,
+// certificates and etcd, so clients reconnect as after a real restart. It
+// returns once the server answers again.
+func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	pid, err := processWith(cp.env.ControlPlane.APIServer.CertDir, "kube-apiserver")
+	if err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return fmt.Errorf("reading the command line of kube-apiserver: %w", err)
+	}
+	argv := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stopping kube-apiserver (pid %d): %w", pid, err)
+	}
+	for {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver did not stop: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	time.Sleep(down)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	}
+	cp.restarted = append(cp.restarted, cmd)
+	for {
+		err := cp.Client.List(ctx, &corev1.NamespaceList{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver not answering after a restart: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
