@@ -7,7 +7,8 @@
 //   - HTTP: probes.HTTPProber, a raw http.Client without keep-alive and
 //     kubelet's pkg/probe/http;
 //   - scheduler: 10,000 TCP targets at a 1 s period through probes.Scheduler,
-//     and the same load run the way kubelet's prober workers run it.
+//     the same with kubelet's TCP prober under our scheduler, and the same
+//     load run the way kubelet's prober workers run it.
 //
 // Per probe it reports wall time, heap allocations, CPU time (getrusage) and
 // the TIME_WAIT sockets left on the prober's side; for the scheduler, probes
@@ -26,6 +27,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	kubetcp "k8s.io/kubernetes/pkg/probe/tcp"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 type options struct {
@@ -52,7 +57,7 @@ func main() {
 	flag.DurationVar(&o.sched.Period, "period", time.Second, "scheduler: period of every target")
 	flag.DurationVar(&o.sched.Warmup, "warmup", 2*time.Second, "scheduler: unmeasured start (the first, jittered round)")
 	flag.DurationVar(&o.sched.Duration, "duration", 15*time.Second, "scheduler: measured window")
-	flag.BoolVar(&o.kubeSched, "kubelet-scheduler", true, "scheduler: also run the load the way kubelet's workers do")
+	flag.BoolVar(&o.kubeSched, "kubelet-scheduler", true, "scheduler: also run the load with kubelet's prober, through our scheduler and the way kubelet's workers do")
 	flag.StringVar(&o.only, "only", "tcp,http,scheduler", "comparisons to run, comma-separated")
 	flag.DurationVar(&o.deadline, "deadline", 10*time.Minute, "give up (exit 2) after this long")
 	flag.Parse()
@@ -106,18 +111,25 @@ func run(w io.Writer, o options) error {
 	}
 	if want["scheduler"] {
 		fmt.Fprintf(w, "\nLoad average before the scheduler: %s\n", loadAverage())
-		rows := []*SchedRow{}
-		r, err := runScheduler(o.sched)
+		tcp, err := probes.NewTCP(probes.TCPConfig{})
+		if err != nil {
+			return err
+		}
+		r, err := runScheduler(o.sched, "swh probes.Scheduler + TCPProber", tcp)
 		if err != nil {
 			return fmt.Errorf("scheduler: %w", err)
 		}
-		rows = append(rows, r)
+		rows := []*SchedRow{r}
 		if o.kubeSched {
+			h, err := runScheduler(o.sched, "swh probes.Scheduler + kubelet pkg/probe/tcp", kubeletTCP{kubetcp.New()})
+			if err != nil {
+				return fmt.Errorf("scheduler with kubelet's prober: %w", err)
+			}
 			k, err := runKubeletStyle(o.sched)
 			if err != nil {
 				return fmt.Errorf("kubelet-style scheduler: %w", err)
 			}
-			rows = append(rows, k)
+			rows = append(rows, h, k)
 		}
 		printScheduler(w, o.sched, rows)
 		if o.withGoals {
@@ -163,16 +175,17 @@ func printScheduler(w io.Writer, cfg SchedConfig, rows []*SchedRow) {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%d+%d\t%d\t%d\t%.3f\t\n", r.Name, r.ProbesPerSec, r.Cores,
 			dur(r.LagP50), dur(r.LagP99), dur(r.LagMax), dur(r.ProbeP50), dur(r.ProbeP99), r.FailureSummary(), r.TimeWait, r.TimeWaitShutdown, r.Goroutines, r.Threads, r.ServerCores)
 	}
-	if len(rows) == 2 {
-		a, b := rows[0], rows[1]
-		fmt.Fprintf(tw, "ours / kubelet-style\t%s\t%s\t%s\t%s\t\t%s\t%s\t\t\t%s\t%s\t\t\n", x(a.ProbesPerSec, b.ProbesPerSec), x(a.Cores, b.Cores),
+	for _, b := range rows[1:] {
+		a := rows[0]
+		fmt.Fprintf(tw, "ours / %s\t%s\t%s\t%s\t%s\t\t%s\t%s\t\t\t%s\t%s\t\t\n", shortName(b.Name), x(a.ProbesPerSec, b.ProbesPerSec), x(a.Cores, b.Cores),
 			x(float64(a.LagP50), float64(b.LagP50)), x(float64(a.LagP99), float64(b.LagP99)),
 			x(float64(a.ProbeP50), float64(b.ProbeP50)), x(float64(a.ProbeP99), float64(b.ProbeP99)), x(float64(a.Goroutines), float64(b.Goroutines)), x(float64(a.Threads), float64(b.Threads)))
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "(lag: Report.Started - Report.Scheduled, or for kubelet-style the ticker's time to the probe's start; cores: CPU time / wall time;")
-	fmt.Fprintln(w, " TIME_WAIT: the prober's sockets to the listeners in TIME_WAIT at the end of the window (warm-up included), + those the shutdown added")
-	fmt.Fprintln(w, " by canceling probes mid-connect; kubelet-style leaves out kubelet's result and status managers, so it flatters kubelet)")
+	fmt.Fprintln(w, "(lag: Report.Started - Report.Scheduled, or for kubelet-style the ticker's time to the probe's start; probe: the probe's own duration;")
+	fmt.Fprintln(w, " cores: CPU time / wall time; TIME_WAIT: the prober's sockets to the listeners in TIME_WAIT at the end of the window (warm-up")
+	fmt.Fprintln(w, " included), + those the shutdown added (Go's dialer closes a connection whose connect was canceled with a FIN, not a reset);")
+	fmt.Fprintln(w, " kubelet-style is one goroutine and ticker per target, as kubelet's prober workers, without their result and status managers)")
 }
 
 // loadAverage returns the 1, 5 and 15 minute load averages of the machine.
@@ -186,6 +199,14 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// shortName names a scheduler run in a ratio line.
+func shortName(name string) string {
+	if strings.HasPrefix(name, "kubelet-style") {
+		return "kubelet-style"
+	}
+	return "our scheduler + kubelet's prober"
 }
 
 func goal(w io.Writer, what string, met bool) {
@@ -205,6 +226,9 @@ func within(ours, base sample, limit float64) bool {
 func x(a, b float64) string {
 	if b == 0 {
 		return "-"
+	}
+	if r := a / b; r < 0.1 {
+		return fmt.Sprintf("%.2gx", r)
 	}
 	return fmt.Sprintf("%.2fx", a/b)
 }

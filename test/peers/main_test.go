@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 func TestMain(m *testing.M) {
@@ -29,7 +31,7 @@ func TestSmallRun(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"TCP: connect and close", "HTTP: GET /healthz", "Scheduler: 100 TCP targets", "ours / kubelet pkg/probe/tcp", "ours / kubelet-style"} {
+	for _, want := range []string{"TCP: connect and close", "HTTP: GET /healthz", "Scheduler: 100 TCP targets", "ours / kubelet pkg/probe/tcp", "ours / kubelet-style", "ours / our scheduler + kubelet's prober"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the output lacks %q", want)
 		}
@@ -49,7 +51,11 @@ func TestComparisonOutcomes(t *testing.T) {
 			t.Errorf("%s left %d TIME_WAIT sockets, want 0", r.Name, r.TimeWait)
 		}
 	}
-	row, err := runScheduler(SchedConfig{Targets: 200, Listeners: 20, Period: 100 * time.Millisecond, Warmup: 200 * time.Millisecond, Duration: time.Second})
+	tcp, err := probes.NewTCP(probes.TCPConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := runScheduler(SchedConfig{Targets: 200, Listeners: 20, Period: 100 * time.Millisecond, Warmup: 200 * time.Millisecond, Duration: time.Second}, "ours", tcp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -146,7 +146,12 @@ func runLoad(name string, cfg SchedConfig, start func(ctx context.Context, targe
 	if err != nil {
 		return nil, err
 	}
+	// The load goes on while /proc/net/tcp is read (the window is over: no
+	// result is recorded), so any TIME_WAIT socket meanwhile is the run's.
 	tw := newTimeWaits(before, servers)
+	// Reading it holds a core for a moment, and probes pile up: let them
+	// drain before stopping, so that the shutdown is a typical one.
+	time.Sleep(min(2*cfg.Period, 5*time.Second))
 	cancel()
 	wait()
 	twShutdown := newTimeWaits(before, servers) - tw
@@ -177,14 +182,10 @@ func runLoad(name string, cfg SchedConfig, start func(ctx context.Context, targe
 	return row, nil
 }
 
-// runScheduler is the load through probes.Scheduler and probes.TCPProber,
-// with default options (jitter on, MaxConcurrent 1024).
-func runScheduler(cfg SchedConfig) (*SchedRow, error) {
-	return runLoad("swh probes.Scheduler + TCPProber", cfg, func(ctx context.Context, targets []probes.Target, rec *recorder) (func(), error) {
-		tcp, err := probes.NewTCP(probes.TCPConfig{})
-		if err != nil {
-			return nil, err
-		}
+// runScheduler is the load through probes.Scheduler with default options
+// (jitter on, MaxConcurrent 1024), probing with prober.
+func runScheduler(cfg SchedConfig, name string, prober probes.Prober) (*SchedRow, error) {
+	return runLoad(name, cfg, func(ctx context.Context, targets []probes.Target, rec *recorder) (func(), error) {
 		s, err := probes.NewScheduler(probes.SchedulerOptions[int]{OnResult: func(r probes.Report[int]) {
 			failure := ""
 			if !r.Result.Passed() {
@@ -196,7 +197,7 @@ func runScheduler(cfg SchedConfig) (*SchedRow, error) {
 			return nil, err
 		}
 		for i, t := range targets {
-			if err := s.Add(i, probes.Job{Prober: tcp, Target: t, Period: cfg.Period, Timeout: probeTimeout}); err != nil {
+			if err := s.Add(i, probes.Job{Prober: prober, Target: t, Period: cfg.Period, Timeout: probeTimeout}); err != nil {
 				return nil, err
 			}
 		}
@@ -207,6 +208,25 @@ func runScheduler(cfg SchedConfig) (*SchedRow, error) {
 		}()
 		return func() { <-done }, nil
 	})
+}
+
+// kubeletTCP adapts kubelet's TCP prober to probes.Prober, so that our
+// scheduler can drive it: that tells the prober's cost from the scheduler's.
+// kubelet's prober takes a timeout, not a context: cancellation is lost.
+type kubeletTCP struct{ p kubetcp.Prober }
+
+func (k kubeletTCP) Probe(ctx context.Context, t probes.Target) probes.Result {
+	timeout := probeTimeout
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	start := time.Now()
+	res, out, err := k.p.Probe(t.Host, t.Port, timeout)
+	r := probes.Result{Status: probes.Success, Reason: probes.ReasonOK, Message: "connected", Latency: time.Since(start)}
+	if err := kubeResultErr(res, out, err); err != nil {
+		r.Status, r.Reason, r.Message, r.Err = probes.Failure, probes.Reason(kubeReason(out)), err.Error(), err
+	}
+	return r
 }
 
 // runKubeletStyle is the same load the way kubelet's prober workers run it
