@@ -144,7 +144,7 @@ func checkVersions(mods map[string]*goMod) []string {
 			parts = append(parts, fmt.Sprintf("%s in %s", v, strings.Join(dirs, ", ")))
 		}
 		sort.Strings(parts)
-		problems = append(problems, fmt.Sprintf("%s is required at different versions: %s (run hack/align-deps.sh)", path, strings.Join(parts, "; ")))
+		problems = append(problems, fmt.Sprintf("%s is required at different versions: %s (go get the newest of them in each module, GOWORK=off)", path, strings.Join(parts, "; ")))
 	}
 	return problems
 }
