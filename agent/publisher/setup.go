@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -61,14 +61,28 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("adding the probe scheduler: %w", err)
 	}
 
-	// Verdict flips arrive here from probe goroutines; the queue delays
-	// them by the coalescing window and merges repeats of one resource.
-	flips := make(chan event.TypedGenericEvent[types.NamespacedName], 1024)
-	p.notify = func(key types.NamespacedName) { flips <- event.TypedGenericEvent[types.NamespacedName]{Object: key} }
-	delayed := handler.TypedFuncs[types.NamespacedName, reconcile.Request]{
-		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[types.NamespacedName], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			q.AddAfter(reconcile.Request{NamespacedName: e.Object}, opts.Coalesce)
-		},
+	// Verdict flips come from probe goroutines. They go straight into the
+	// controller's queue, delayed by the coalescing window (repeats of one
+	// resource merge there). Adding to a workqueue never blocks, so a probe
+	// goroutine cannot stall the scheduler, even after the controller has
+	// stopped; before the source starts no target exists, so nothing is lost.
+	var (
+		queueMu sync.Mutex
+		queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
+	)
+	flips := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		queueMu.Lock()
+		defer queueMu.Unlock()
+		queue = q
+		return nil
+	})
+	p.notify = func(key types.NamespacedName) {
+		queueMu.Lock()
+		q := queue
+		queueMu.Unlock()
+		if q != nil {
+			q.AddAfter(reconcile.Request{NamespacedName: key}, opts.Coalesce)
+		}
 	}
 	bySliceOwner := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name := obj.GetLabels()[discoveryv1.LabelServiceName]
@@ -91,7 +105,7 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Watches(&discoveryv1.EndpointSlice{}, bySliceOwner).
 		Watches(&corev1.Service{}, sameName).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(p.allResources)).
-		WatchesRawSource(source.TypedChannel(flips, delayed)).
+		WatchesRawSource(flips).
 		WithOptions(copts).
 		Complete(p)
 }
