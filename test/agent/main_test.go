@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -93,19 +92,8 @@ func (a *agent) Stop() {
 	<-a.done
 }
 
-// namespace creates a namespace and removes its resources at the end (no
-// garbage collector runs here).
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := controlPlane.TestNamespace(t)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = controlPlane.Client.DeleteAllOf(ctx, &swhv1alpha1.ServiceWithHealthchecks{}, client.InNamespace(ns))
-		_ = controlPlane.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
-		_ = controlPlane.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(ns))
-	})
-	return ns
-}
+// namespace creates a namespace whose resources go when the test ends.
+func namespace(t testing.TB) string { return controlPlane.CleanNamespace(t) }
 
 // fastProbe returns a probe of mode on port that decides after one result.
 func fastProbe(mode swhv1alpha1.ProbeMode, port intstr.IntOrString) swhv1alpha1.Probe {

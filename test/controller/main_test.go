@@ -125,24 +125,8 @@ func labelsMatch(m *dto.Metric, want map[string]string) bool {
 	return true
 }
 
-// namespace creates a namespace for the test and deletes its resources at
-// the end, so later tests' controllers do not keep reconciling them.
-func namespace(t *testing.T) string {
-	t.Helper()
-	ns := controlPlane.TestNamespace(t)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_ = controlPlane.Client.DeleteAllOf(ctx, &swhv1alpha1.ServiceWithHealthchecks{}, client.InNamespace(ns))
-		_ = controlPlane.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(ns))
-		svcs := &corev1.ServiceList{}
-		if err := controlPlane.Client.List(ctx, svcs, client.InNamespace(ns)); err == nil {
-			for i := range svcs.Items {
-				_ = controlPlane.Client.Delete(ctx, &svcs.Items[i])
-			}
-		}
-	})
-	return ns
-}
+// namespace creates a namespace whose resources go when the test ends.
+func namespace(t testing.TB) string { return controlPlane.CleanNamespace(t) }
 
 // newResource returns a resource with one HTTP port and a TCP probe.
 func newResource(ns, name string) *swhv1alpha1.ServiceWithHealthchecks {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -213,6 +214,28 @@ func (cp *ControlPlane) TestNamespace(t testing.TB) string {
 		t.Fatalf("%v", err)
 	}
 	return ns.Name
+}
+
+// CleanNamespace creates a namespace like TestNamespace and, when the test
+// ends, deletes what the suites create in it (resources, pods, slices,
+// Services). No garbage collector or namespace controller runs here, and a
+// later test's controller would otherwise keep reconciling leftovers.
+func (cp *ControlPlane) CleanNamespace(t testing.TB) string {
+	t.Helper()
+	ns := cp.TestNamespace(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = cp.Client.DeleteAllOf(ctx, &swhv1alpha1.ServiceWithHealthchecks{}, client.InNamespace(ns))
+		_ = cp.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
+		_ = cp.Client.DeleteAllOf(ctx, &discoveryv1.EndpointSlice{}, client.InNamespace(ns))
+		svcs := &corev1.ServiceList{}
+		if err := cp.Client.List(ctx, svcs, client.InNamespace(ns)); err == nil {
+			for i := range svcs.Items { // Services have no deletecollection
+				_ = cp.Client.Delete(ctx, &svcs.Items[i])
+			}
+		}
+	})
+	return ns
 }
 
 // PauseAPIServer freezes kube-apiserver (SIGSTOP): clients' requests and
