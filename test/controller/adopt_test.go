@@ -198,14 +198,12 @@ func TestImmutableFieldChangeIsReported(t *testing.T) {
 		svc, err = getService(ctx, ns, "fixed")
 		return err
 	})
-	got := getResource(t, ctx, ns, "fixed")
-	got.Spec.ClusterIP = "10.96.0.99" // cluster IPs cannot change
-	if got.Spec.ClusterIP == svc.Spec.ClusterIP {
-		got.Spec.ClusterIP = "10.96.0.98"
-	}
-	if err := controlPlane.Client.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	updateResource(t, ctx, ns, "fixed", func(got *swhv1alpha1.ServiceWithHealthchecks) {
+		got.Spec.ClusterIP = "10.96.0.99" // cluster IPs cannot change
+		if got.Spec.ClusterIP == svc.Spec.ClusterIP {
+			got.Spec.ClusterIP = "10.96.0.98"
+		}
+	})
 	cond := condition(t, ctx, ns, "fixed")
 	eventually(t, 20*time.Second, "rejection reported", func() error {
 		c, err := cond()

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -162,6 +163,20 @@ func getService(ctx context.Context, ns, name string) (*corev1.Service, error) {
 	svc := &corev1.Service{}
 	err := controlPlane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, svc)
 	return svc, err
+}
+
+// updateResource changes a resource the way a user would, retrying when the
+// controller wrote its status in between (the update would conflict).
+func updateResource(t *testing.T, ctx context.Context, ns, name string, mutate func(*swhv1alpha1.ServiceWithHealthchecks)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got := getResource(t, ctx, ns, name)
+		mutate(got)
+		return controlPlane.Client.Update(ctx, got)
+	})
+	if err != nil {
+		t.Fatalf("updating %s: %v", name, err)
+	}
 }
 
 func getResource(t *testing.T, ctx context.Context, ns, name string) *swhv1alpha1.ServiceWithHealthchecks {

@@ -58,11 +58,9 @@ func TestChildServiceLifecycle(t *testing.T) {
 	})
 
 	// Labels changed on the resource reach the Service; a removed label goes.
-	got := getResource(t, ctx, ns, "web")
-	got.Labels = map[string]string{"tier": "front"}
-	if err := controlPlane.Client.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
+	updateResource(t, ctx, ns, "web", func(got *swhv1alpha1.ServiceWithHealthchecks) {
+		got.Labels = map[string]string{"tier": "front"}
+	})
 	eventually(t, 20*time.Second, "labels follow", func() error {
 		svc, err := getService(ctx, ns, "web")
 		if err != nil {
@@ -171,11 +169,7 @@ func TestServiceFieldsCarriedOver(t *testing.T) {
 					t.Fatal(err)
 				}
 			} else {
-				got := getResource(t, ctx, ns, name)
-				tt.mutate(&got.Spec)
-				if err := controlPlane.Client.Update(ctx, got); err != nil {
-					t.Fatalf("updating the resource: %v", err)
-				}
+				updateResource(t, ctx, ns, name, func(got *swhv1alpha1.ServiceWithHealthchecks) { tt.mutate(&got.Spec) })
 			}
 			eventually(t, 20*time.Second, "Service follows", func() error {
 				svc, err := getService(ctx, ns, name)
