@@ -31,6 +31,7 @@ generate: ## Regenerate deepcopy code and the CRD.
 	@hack/build-tools.sh controller-gen
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=api/crd/bases
+	cd test && go run ./cmd/crd-docs -crd ../api/crd/bases -o ../docs/api-reference.md
 	$(CONTROLLER_GEN) rbac:roleName=swh-controller paths=./controller/... output:rbac:artifacts:config=deploy/rbac/controller
 	$(CONTROLLER_GEN) rbac:roleName=swh-agent paths=./agent/... output:rbac:artifacts:config=deploy/rbac/agent
 

@@ -14,7 +14,7 @@ check() { # check NAME COMMAND...: run, remember the failure, go on
   if ! "$@"; then failed+=("$name"); fi
 }
 
-generated() { sha256sum api/v1alpha1/zz_generated.deepcopy.go api/crd/bases/*.yaml deploy/rbac/*/*.yaml 2>/dev/null; }
+generated() { sha256sum api/v1alpha1/zz_generated.deepcopy.go api/crd/bases/*.yaml docs/api-reference.md deploy/rbac/*/*.yaml 2>/dev/null; }
 stale_generated() {
   local before after
   before=$(generated)
