@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1
+# The images of both binaries, from the repository root:
+#   docker build --build-arg COMPONENT=controller -t ghcr.io/swh-dev/swh-controller:0.1.0 .
+#   docker build --build-arg COMPONENT=agent -t ghcr.io/swh-dev/swh-agent:0.1.0 .
+# (`make images` prints these.) The binary is static (CGO_ENABLED=0) and built
+# from its own module by hack/build-release.sh, the script `make verify`
+# checks; the image holds nothing else but CA certificates and runs as the
+# distroless nonroot user (65532).
+
+ARG GO_VERSION=1.26
+
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
+ARG COMPONENT=controller
+ARG TARGETOS=linux
+ARG TARGETARCH
+ENV GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+WORKDIR /src
+# The module files first, so the download layer survives source edits.
+COPY api/go.mod api/go.sum api/
+COPY probes/go.mod probes/go.sum probes/
+COPY endpoints/go.mod endpoints/go.sum endpoints/
+COPY ${COMPONENT}/go.mod ${COMPONENT}/go.sum ${COMPONENT}/
+RUN --mount=type=cache,target=/go/pkg/mod cd ${COMPONENT} && GOWORK=off go mod download
+COPY hack/build-release.sh hack/
+COPY api/ api/
+COPY probes/ probes/
+COPY endpoints/ endpoints/
+COPY ${COMPONENT}/ ${COMPONENT}/
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    GOOS=${TARGETOS} GOARCH=${TARGETARCH} hack/build-release.sh /out ${COMPONENT} && \
+    mv /out/swh-${COMPONENT} /out/swh
+
+FROM gcr.io/distroless/static-debian12:nonroot
+ARG COMPONENT=controller
+LABEL org.opencontainers.image.source="https://github.com/swh-dev/swh" \
+      org.opencontainers.image.title="swh-${COMPONENT}"
+COPY --from=build /out/swh /swh
+USER 65532:65532
+ENTRYPOINT ["/swh"]
