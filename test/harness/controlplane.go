@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -56,6 +57,11 @@ type ControlPlaneOptions struct {
 	// ExtraAPIServerFlags are set on kube-apiserver, for example
 	// "service-cluster-ip-range".
 	ExtraAPIServerFlags map[string]string
+	// APIServerAddress is the IP kube-apiserver listens on (a free port is
+	// picked on it); empty means loopback. The serving certificate and the
+	// kubeconfigs name this address, so other network namespaces can reach
+	// the server through it.
+	APIServerAddress string
 }
 
 // NewScheme returns a scheme with the core Kubernetes types and the swh API.
@@ -112,6 +118,14 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 		ControlPlaneStopTimeout:  time.Minute,
 	}
 	apiServer := env.ControlPlane.GetAPIServer()
+	if opts.APIServerAddress != "" {
+		port, err := freePort(opts.APIServerAddress)
+		if err != nil {
+			return nil, err
+		}
+		apiServer.SecureServing.Address = opts.APIServerAddress
+		apiServer.SecureServing.Port = strconv.Itoa(port)
+	}
 	for name, value := range opts.ExtraAPIServerFlags {
 		apiServer.Configure().Set(name, value)
 	}
@@ -152,21 +166,39 @@ func (cp *ControlPlane) Stop() error {
 }
 
 func (cp *ControlPlane) writeKubeconfig() error {
-	user, err := cp.env.ControlPlane.AddUser(envtest.User{Name: "swh-admin", Groups: []string{"system:masters"}}, nil)
+	return cp.WriteUserKubeconfig(cp.Kubeconfig, "swh-admin", "system:masters")
+}
+
+// WriteUserKubeconfig writes to path a kubeconfig that authenticates as user
+// (and groups) with a client certificate signed by the API server's client
+// CA, for example "system:kube-proxy", which the bootstrap RBAC policy binds
+// to system:node-proxier.
+func (cp *ControlPlane) WriteUserKubeconfig(path, user string, groups ...string) error {
+	u, err := cp.env.ControlPlane.AddUser(envtest.User{Name: user, Groups: groups}, nil)
 	if err != nil {
-		return fmt.Errorf("adding the admin user: %w", err)
+		return fmt.Errorf("adding the user %s: %w", user, err)
 	}
-	data, err := user.KubeConfig()
+	data, err := u.KubeConfig()
 	if err != nil {
-		return fmt.Errorf("rendering the kubeconfig: %w", err)
+		return fmt.Errorf("rendering the kubeconfig of %s: %w", user, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(cp.Kubeconfig), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("creating the kubeconfig's folder: %w", err)
 	}
-	if err := os.WriteFile(cp.Kubeconfig, data, 0o600); err != nil {
-		return fmt.Errorf("writing the kubeconfig: %w", err)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("writing the kubeconfig of %s: %w", user, err)
 	}
 	return nil
+}
+
+// freePort returns a TCP port that is free on ip.
+func freePort(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("finding a free port on %s: %w", ip, err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // EnsureNamespace creates a namespace and its default ServiceAccount (no

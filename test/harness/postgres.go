@@ -33,6 +33,10 @@ type PostgresOptions struct {
 	MaxConnections int
 	// TLS enables SSL with this server certificate when set.
 	TLS *Issued
+	// Within, when set, runs the start of every PostgreSQL program (initdb,
+	// pg_basebackup, the server), for example inside a pod's network
+	// namespace. It must call start and return its error.
+	Within func(start func() error) error
 }
 
 func (o *PostgresOptions) setDefaults() {
@@ -98,8 +102,15 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 // StartReplica makes a streaming replica of p with pg_basebackup -R and
 // starts it on addr:port.
 func (p *Postgres) StartReplica(ctx context.Context, addr string, port int) (*Postgres, error) {
+	return p.StartReplicaWithin(ctx, addr, port, p.opts.Within)
+}
+
+// StartReplicaWithin is StartReplica with the replica's programs started
+// through within (see PostgresOptions.Within), for example inside another
+// pod's network namespace than the primary's.
+func (p *Postgres) StartReplicaWithin(ctx context.Context, addr string, port int, within func(start func() error) error) (*Postgres, error) {
 	opts := p.opts
-	opts.Addr, opts.Port = addr, port
+	opts.Addr, opts.Port, opts.Within = addr, port, within
 	r, err := newPostgres(opts)
 	if err != nil {
 		return nil, err

@@ -59,7 +59,7 @@ func (p *Postgres) start(ctx context.Context) error {
 	}
 	cmd := p.command(nil, "postgres", args...)
 	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := cmd.Start(); err != nil {
+	if err := p.within(cmd.Start); err != nil {
 		return fmt.Errorf("starting postgres on %s: %w", p.Addr(), err)
 	}
 	exited := make(chan struct{})
@@ -105,7 +105,12 @@ func (p *Postgres) waitReady(ctx context.Context) error {
 // run executes one of the PostgreSQL programs as the server's owner.
 func (p *Postgres) run(ctx context.Context, env []string, name string, args ...string) error {
 	cmd := p.command(env, name, args...)
-	out, err := cmd.CombinedOutput()
+	var out []byte
+	err := p.within(func() error {
+		var err error
+		out, err = cmd.CombinedOutput()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
 	}
@@ -113,6 +118,14 @@ func (p *Postgres) run(ctx context.Context, env []string, name string, args ...s
 		return ctx.Err()
 	}
 	return nil
+}
+
+// within runs start through PostgresOptions.Within when it is set.
+func (p *Postgres) within(start func() error) error {
+	if p.opts.Within == nil {
+		return start()
+	}
+	return p.opts.Within(start)
 }
 
 func (p *Postgres) command(env []string, name string, args ...string) *exec.Cmd {
