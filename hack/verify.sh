@@ -57,6 +57,7 @@ check "go vet" vet_all
 check "go mod tidy" tidy_all
 check "module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/modcheck '$root'"
 check "library modules build and test alone" libraries_standalone
+check "docs name what the code has (metrics, flags, reasons, examples, links, snippets)" bash -c "cd test && go test -count=1 ./docs/"
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'verify failed: %s\n' "${failed[@]}"
