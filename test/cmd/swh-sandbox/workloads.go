@@ -1,0 +1,452 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// manifests are the sandbox's resources; the database ones carry the label
+// example=database and are skipped without PostgreSQL.
+//
+//go:embed manifests.yaml
+var manifests []byte
+
+// namespace holds the sandbox's workloads.
+const namespace = metav1.NamespaceDefault
+
+// nodeSpec is a simulated node.
+type nodeSpec struct {
+	name, zone string
+}
+
+var nodeSpecs = []nodeSpec{{"node-1", "zone-a"}, {"node-2", "zone-b"}, {"node-3", "zone-c"}}
+
+// backendKind is what serves a container port.
+type backendKind int
+
+const (
+	kindHTTP backendKind = iota
+	kindTCP
+	kindPostgres
+)
+
+func (k backendKind) String() string {
+	return [...]string{"HTTP", "TCP", "PostgreSQL"}[k]
+}
+
+// backend is a real server on a pod address.
+type backend struct {
+	name string // the container port's name
+	port int
+	kind backendKind
+
+	http *harness.HTTPServer
+	tcp  *harness.TCPServer
+	pg   *harness.Postgres
+	// failed is what the user asked: fail sets it, recover clears it.
+	failed bool
+	// demoted marks a PostgreSQL primary stopped by a promotion: it comes
+	// back as a replica of the new primary.
+	demoted bool
+}
+
+// pod is a simulated pod and its backends.
+type pod struct {
+	name, node, ip string
+	labels         map[string]string
+	backends       []*backend
+	// gone is true once the pod object is deleted (its backends stop).
+	gone bool
+	// deleting is true while a deleted pod terminates.
+	deleting bool
+}
+
+func (p *pod) ports() []corev1.ContainerPort {
+	out := make([]corev1.ContainerPort, 0, len(p.backends))
+	for _, b := range p.backends {
+		out = append(out, corev1.ContainerPort{Name: b.name, ContainerPort: int32(b.port), Protocol: corev1.ProtocolTCP})
+	}
+	return out
+}
+
+// backendByPort finds a backend by port name or number.
+func (p *pod) backendByPort(port string) *backend {
+	for _, b := range p.backends {
+		if b.name == port || fmt.Sprint(b.port) == port {
+			return b
+		}
+	}
+	return nil
+}
+
+// node is a simulated node and its agent.
+type node struct {
+	nodeSpec
+	agent    *process
+	cordoned bool
+	gone     bool
+}
+
+// sandbox owns everything the inner process runs. Its methods are called
+// with mu held by the command server, except start and close.
+type sandbox struct {
+	cp   *harness.ControlPlane
+	opts options
+
+	mu         sync.Mutex
+	controller *process
+	nodes      []*node
+	pods       []*pod
+	primary    string // the PostgreSQL primary's pod, empty without PostgreSQL
+	pending    sync.WaitGroup
+}
+
+func newSandbox(cp *harness.ControlPlane, opts options) *sandbox {
+	s := &sandbox{cp: cp, opts: opts}
+	for _, n := range nodeSpecs {
+		s.nodes = append(s.nodes, &node{nodeSpec: n})
+	}
+	return s
+}
+
+// podSpecs are the sandbox's pods, spread over the three nodes.
+func podSpecs() []*pod {
+	db := map[string]string{"app": "db"}
+	vm := map[string]string{"vm": "my-vm"}
+	app := map[string]string{"app": "app"}
+	pg := func() []*backend { return []*backend{{name: "postgres", port: 5432, kind: kindPostgres}} }
+	web := func() []*backend {
+		return []*backend{{name: "http", port: 8080, kind: kindHTTP}, {name: "smtp", port: 2525, kind: kindTCP}}
+	}
+	api := func() []*backend {
+		return []*backend{{name: "api", port: 8443, kind: kindTCP}, {name: "grpc", port: 9000, kind: kindTCP}, {name: "health", port: 8081, kind: kindHTTP}}
+	}
+	return []*pod{
+		{name: "db-0", node: "node-1", ip: "10.244.1.10", labels: db, backends: pg()},
+		{name: "db-1", node: "node-2", ip: "10.244.2.10", labels: db, backends: pg()},
+		{name: "db-2", node: "node-3", ip: "10.244.3.10", labels: db, backends: pg()},
+		{name: "vm-0", node: "node-1", ip: "10.244.1.20", labels: vm, backends: web()},
+		{name: "vm-1", node: "node-2", ip: "10.244.2.20", labels: vm, backends: web()},
+		{name: "app-0", node: "node-2", ip: "10.244.2.30", labels: app, backends: api()},
+		{name: "app-1", node: "node-3", ip: "10.244.3.30", labels: app, backends: api()},
+	}
+}
+
+// start creates the nodes, starts the controller and the agents, the
+// backends, the pods and the resources.
+func (s *sandbox) start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.cp.Client
+	progress("creating nodes %s, %s and %s", s.nodes[0].name, s.nodes[1].name, s.nodes[2].name)
+	for _, n := range s.nodes {
+		if _, err := harness.CreateNode(ctx, c, harness.NodeOptions{Name: n.name, Zone: n.zone}); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(s.opts.logDir(), 0o755); err != nil {
+		return fmt.Errorf("creating the log folder: %w", err)
+	}
+	progress("starting swh-controller and one swh-agent per node (logs in %s)", s.opts.logDir())
+	var err error
+	s.controller, err = s.startBinary("swh-controller", "controller", "--leader-elect=false")
+	if err != nil {
+		return err
+	}
+	for _, n := range s.nodes {
+		if n.agent, err = s.startBinary("swh-agent", "agent-"+n.name, "--node-name="+n.name); err != nil {
+			return err
+		}
+	}
+
+	pods := podSpecs()
+	withDB := false
+	if s.opts.noPostgres {
+		progress("skipping the PostgreSQL example (-no-postgres)")
+	} else {
+		progress("starting PostgreSQL: a primary on db-0 and streaming replicas on db-1 and db-2")
+		switch err := s.startPostgres(ctx, pods); {
+		case err == nil:
+			withDB = true
+		case errors.Is(err, harness.ErrMissingDependency) && !s.opts.requirePostgres:
+			progress("WARNING: no PostgreSQL example: %v", err)
+			progress("  to see db-read and db-write: `sudo apt-get install postgresql` (Debian), and run make run as root")
+		default:
+			return fmt.Errorf("starting PostgreSQL: %w", err)
+		}
+	}
+	for _, p := range pods {
+		if p.labels["app"] == "db" && !withDB {
+			continue
+		}
+		s.pods = append(s.pods, p)
+	}
+
+	progress("starting the backends and creating the pods")
+	for _, p := range s.pods {
+		if err := s.startBackends(p); err != nil {
+			return err
+		}
+		if err := s.createPod(ctx, p); err != nil {
+			return err
+		}
+	}
+	progress("creating the ServiceWithHealthchecks resources")
+	if withDB {
+		o := s.pod(s.primary).backends[0].pg.Options()
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "db-credentials"},
+			StringData: map[string]string{"user": o.User, "password": o.Password},
+		}
+		if err := c.Create(ctx, secret); err != nil {
+			return fmt.Errorf("creating the Secret db-credentials: %w", err)
+		}
+	}
+	resources, err := resources()
+	if err != nil {
+		return err
+	}
+	for _, r := range resources {
+		if r.Labels["example"] == "database" && !withDB {
+			continue
+		}
+		if err := c.Create(ctx, r); err != nil {
+			return fmt.Errorf("creating %s: %w", r.Name, err)
+		}
+	}
+	return nil
+}
+
+// resources decodes the embedded manifests.
+func resources() ([]*swhv1alpha1.ServiceWithHealthchecks, error) {
+	var out []*swhv1alpha1.ServiceWithHealthchecks
+	for i, doc := range bytes.Split(manifests, []byte("\n---\n")) {
+		r := &swhv1alpha1.ServiceWithHealthchecks{}
+		if err := yaml.UnmarshalStrict(doc, r); err != nil {
+			return nil, fmt.Errorf("decoding manifest %d: %w", i, err)
+		}
+		r.Namespace = namespace
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// startPostgres starts the primary on the first database pod's address and
+// a streaming replica on each of the others.
+func (s *sandbox) startPostgres(ctx context.Context, pods []*pod) error {
+	var db []*pod
+	for _, p := range pods {
+		if p.labels["app"] == "db" {
+			db = append(db, p)
+		}
+	}
+	primary, err := harness.StartPostgres(ctx, harness.PostgresOptions{Addr: db[0].ip})
+	if err != nil {
+		return err
+	}
+	db[0].backends[0].pg = primary
+	s.primary = db[0].name
+	for _, p := range db[1:] {
+		r, err := primary.StartReplica(ctx, p.ip, 5432)
+		if err != nil {
+			return errors.Join(err, primary.Close())
+		}
+		p.backends[0].pg = r
+	}
+	return nil
+}
+
+// startBackends starts the pod's servers (PostgreSQL is already running).
+func (s *sandbox) startBackends(p *pod) error {
+	for _, b := range p.backends {
+		addr := fmt.Sprintf("%s:%d", p.ip, b.port)
+		var err error
+		switch b.kind {
+		case kindHTTP:
+			if b.http == nil {
+				b.http, err = harness.StartHTTPServer(harness.HTTPServerOptions{Addr: addr})
+			} else {
+				err = b.http.Start()
+			}
+		case kindTCP:
+			if b.tcp == nil {
+				b.tcp, err = harness.StartTCPServer(addr)
+			} else {
+				err = b.tcp.Start()
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createPod creates the pod object with the status a kubelet would write.
+func (s *sandbox) createPod(ctx context.Context, p *pod) error {
+	_, err := harness.CreatePod(ctx, s.cp.Client, harness.PodOptions{
+		Namespace: namespace, Name: p.name, Node: p.node, Labels: p.labels,
+		IPs: []string{p.ip}, Ports: p.ports(),
+	})
+	return err
+}
+
+func (s *sandbox) pod(name string) *pod {
+	for _, p := range s.pods {
+		if p.name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func (s *sandbox) node(name string) *node {
+	for _, n := range s.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+func (s *sandbox) podNames() []string {
+	var out []string
+	for _, p := range s.pods {
+		out = append(out, p.name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// close stops the agents, the controller and every backend.
+func (s *sandbox) close() {
+	s.pending.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var procs []*process
+	for _, n := range s.nodes {
+		if n.agent != nil {
+			procs = append(procs, n.agent)
+		}
+	}
+	if s.controller != nil {
+		procs = append(procs, s.controller)
+	}
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() { defer wg.Done(); p.stop() }()
+	}
+	wg.Wait()
+	for _, p := range s.pods {
+		for _, b := range p.backends {
+			switch {
+			case b.http != nil:
+				_ = b.http.Stop()
+			case b.tcp != nil:
+				_ = b.tcp.Stop()
+			case b.pg != nil:
+				_ = b.pg.Close()
+			}
+		}
+	}
+}
+
+// process is a child program with its output in a log file.
+type process struct {
+	name   string
+	cmd    *exec.Cmd
+	log    *os.File
+	exited chan struct{}
+	// stopping is closed when stop is called: an exit after it is expected.
+	stopping chan struct{}
+}
+
+// startBinary runs one of the swh binaries against the control plane, its
+// output in logDir/logName.log.
+func (s *sandbox) startBinary(binary, logName string, args ...string) (*process, error) {
+	path, err := findBinary(binary)
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(s.opts.logDir(), logName+".log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", logPath, err)
+	}
+	args = append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.cp.Kubeconfig)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		return nil, fmt.Errorf("starting %s: %w", path, err)
+	}
+	p := &process{name: logName, cmd: cmd, log: log, exited: make(chan struct{}), stopping: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		close(p.exited)
+		select {
+		case <-p.stopping:
+		default:
+			progress("WARNING: %s exited (%v); its log: %s", logName, err, logPath)
+		}
+	}()
+	return p, nil
+}
+
+// stop ends the process (SIGTERM, SIGKILL after 10 s) and waits for it.
+func (p *process) stop() {
+	select {
+	case <-p.stopping:
+		<-p.exited
+		return
+	default:
+	}
+	close(p.stopping)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	_ = p.log.Close()
+}
+
+// findBinary looks for swh-controller or swh-agent next to this program,
+// then in the repository's bin/.
+func findBinary(name string) (string, error) {
+	var dirs []string
+	if self, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(self))
+	}
+	if dir, err := harness.BinDir(); err == nil {
+		dirs = append(dirs, dir)
+	}
+	for _, dir := range dirs {
+		path := filepath.Join(dir, name)
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in %v: run `make build`", name, dirs)
+}
