@@ -57,9 +57,14 @@ build: ## Build the binaries into bin/.
 ##@ Running
 
 .PHONY: run
-run: tools ## Start the local sandbox (control plane with the CRD); prints a kubeconfig path.
+run: ## Start the local sandbox: control plane, controller, 3 agents, real backends, a live view (docs/sandbox.md).
+	@echo ">> control plane: kube-apiserver and etcd (built from source the first time, about five minutes)"
+	@hack/build-tools.sh kube-apiserver etcd
+	@echo ">> swh-controller and swh-agent"
+	@$(MAKE) --no-print-directory build
+	@echo ">> swh-sandbox"
 	@cd test && go build -o $(BIN)/swh-sandbox ./cmd/swh-sandbox
-	@$(BIN)/swh-sandbox
+	@$(BIN)/swh-sandbox $(SANDBOX_FLAGS)
 
 .PHONY: bench-controller
 bench-controller: tools build ## Scale check: 1,000 resources at once; time to settle and controller peak memory.
