@@ -42,6 +42,9 @@ type Publisher struct {
 	// Metrics may be nil.
 	Metrics *Metrics
 
+	// reader reads from the API server, for slices the cache does not hold.
+	reader    client.Reader
+	taken     *takenNames
 	scheduler *probes.Scheduler[targetKey]
 	state     *state
 	factory   *proberFactory
@@ -56,6 +59,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err := p.Client.Get(ctx, req.NamespacedName, swh); err != nil {
 		if apierrors.IsNotFound(err) {
 			// The garbage collector removes the slices with the Service.
+			p.taken.forget(req.NamespacedName)
 			p.removeTargets(req.NamespacedName, nil)
 			return ctrl.Result{}, nil
 		}
@@ -78,6 +82,9 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	existing, err := p.ownSlices(ctx, swh)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if existing, err = p.withHolders(ctx, req.NamespacedName, existing); err != nil {
 		return ctrl.Result{}, err
 	}
 	var probeSpecs []swhv1alpha1.Probe
@@ -126,7 +133,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if hadChange {
 		trigger = changedAt
 	}
-	if err := p.write(ctx, changes, trigger); err != nil {
+	if err := p.write(ctx, req.NamespacedName, changes, trigger); err != nil {
 		return ctrl.Result{}, err
 	}
 	if hadChange {
@@ -173,8 +180,9 @@ func (p *Publisher) ownSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithH
 
 // write applies the plan: creates, then updates, then deletes, so traffic
 // moves to new slices before old ones go. A conflict or a name taken in the
-// meantime returns an error: the requeue plans again from fresh data.
-func (p *Publisher) write(ctx context.Context, changes endpoints.Changes, trigger time.Time) error {
+// meantime returns an error: the requeue plans again from fresh data, with
+// the holder of a taken name read in (see withHolders).
+func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, changes endpoints.Changes, trigger time.Time) error {
 	stamp := trigger.UTC().Format(time.RFC3339)
 	var errs []error
 	for i := range changes.Create {
@@ -182,6 +190,9 @@ func (p *Publisher) write(ctx context.Context, changes endpoints.Changes, trigge
 		setAnnotation(s, LastChangeTriggerTime, stamp)
 		err := retry(ctx, func() error { return p.Client.Create(ctx, s) })
 		p.Metrics.sliceWrite("create", err)
+		if apierrors.IsAlreadyExists(err) {
+			p.taken.add(resource, s.Name)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("creating slice %s/%s: %w", s.Namespace, s.Name, err))
 		}

@@ -50,6 +50,8 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		opts.SecretTTL = 30 * time.Second
 	}
 	p.state = newState()
+	p.taken = newTakenNames()
+	p.reader = mgr.GetAPIReader()
 	p.factory = newProberFactory(mgr.GetAPIReader(), opts.SecretTTL)
 	// The publisher places each job itself (see phaseOf): no random jitter.
 	sched, err := probes.NewScheduler(probes.SchedulerOptions[targetKey]{OnResult: p.onResult, MaxConcurrent: opts.MaxConcurrentProbes, NoJitter: true})
