@@ -1,0 +1,388 @@
+// Package sandbox_test drives the local sandbox (`make run`, command
+// swh-sandbox) end to end without a terminal: it starts the program, reaches
+// its API server through the forwarded host port with the kubeconfig it
+// writes, checks the slices of the product statement's examples, acts on
+// the backends through stdin and through subcommands, stops it with SIGINT
+// and checks that nothing is left behind.
+package sandbox_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+func TestMain(m *testing.M) {
+	// The test's own client logs nothing worth showing.
+	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	os.Exit(m.Run())
+}
+
+// output collects what the sandbox prints.
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// sandbox is a running swh-sandbox.
+type sandbox struct {
+	t      *testing.T
+	bin    string
+	out    string // its -out folder
+	cmd    *exec.Cmd
+	stdin  interface{ Write([]byte) (int, error) }
+	output *output
+	exited chan struct{}
+	err    error
+	c      client.Client
+}
+
+// build compiles swh-sandbox, swh-controller and swh-agent into one folder:
+// the sandbox looks for the other two next to itself first.
+func build(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", dir+"/",
+		"github.com/swh-dev/swh/test/cmd/swh-sandbox",
+		"github.com/swh-dev/swh/controller/cmd/swh-controller",
+		"github.com/swh-dev/swh/agent/cmd/swh-agent")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the sandbox: %v\n%s", err, out)
+	}
+	return dir
+}
+
+// start runs the sandbox non-interactively (stdin is a pipe) on a free host
+// port and waits until it says it is up.
+func start(t *testing.T) *sandbox {
+	t.Helper()
+	binDir, err := harness.BinDir()
+	if err != nil {
+		harness.Unavailable(t, err)
+	}
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
+			harness.Unavailable(t, fmt.Errorf("%w: %s not found in %s (make tools)", harness.ErrMissingDependency, name, binDir))
+		}
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		harness.Unavailable(t, fmt.Errorf("%w: unshare (util-linux) is needed", harness.ErrMissingDependency))
+	}
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sandbox{t: t, bin: filepath.Join(build(t), "swh-sandbox"), out: t.TempDir(), output: &output{}, exited: make(chan struct{})}
+	args := []string{"-out", s.out, "-port", "0"}
+	if harness.InCI() {
+		args = append(args, "-require-postgres") // a missing PostgreSQL fails in CI
+	}
+	s.cmd = exec.Command(s.bin, args...)
+	s.cmd.Dir = root
+	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
+	stdin, err := s.cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.stdin = stdin
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", s.bin, err)
+	}
+	go func() {
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default: // a failed test: stop it anyway, and show what it said
+			_ = s.cmd.Process.Signal(syscall.SIGINT)
+			select {
+			case <-s.exited:
+			case <-time.After(2 * time.Minute):
+				_ = s.cmd.Process.Kill()
+				<-s.exited
+			}
+		}
+		if t.Failed() {
+			t.Logf("swh-sandbox printed:\n%s", s.output.String())
+			for _, log := range []string{"controller", "agent-node-1", "agent-node-2", "agent-node-3"} {
+				data, _ := os.ReadFile(filepath.Join(s.out, "logs", log+".log"))
+				t.Logf("%s.log (last 3000 bytes):\n%s", log, lastBytes(data, 3000))
+			}
+		}
+	})
+	s.waitOutput("The sandbox is up", 4*time.Minute)
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(s.out, "kubeconfig"))
+	if err != nil {
+		t.Fatalf("reading the kubeconfig: %v", err)
+	}
+	scheme, err := harness.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.c, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func lastBytes(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// waitOutput waits until the sandbox has printed want.
+func (s *sandbox) waitOutput(want string, timeout time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(s.output.String(), want) {
+		select {
+		case <-s.exited:
+			s.t.Fatalf("swh-sandbox exited (%v) before printing %q", s.err, want)
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("swh-sandbox did not print %q within %s", want, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// send types a command on the sandbox's stdin.
+func (s *sandbox) send(command string) {
+	s.t.Helper()
+	if _, err := s.stdin.Write([]byte(command + "\n")); err != nil {
+		s.t.Fatalf("sending %q: %v", command, err)
+	}
+}
+
+// subcommand runs `swh-sandbox -out DIR COMMAND...` as a user would in
+// another terminal.
+func (s *sandbox) subcommand(args ...string) string {
+	s.t.Helper()
+	out, err := exec.Command(s.bin, append([]string{"-out", s.out}, args...)...).CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("swh-sandbox %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// slices describes a resource's slices: per slice name, the sorted
+// "pod:ready,serving,terminating" (T or F) of its endpoints.
+func (s *sandbox) slices(ctx context.Context, resource string) (map[string]string, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := s.c.List(ctx, list, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: resource}); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, sl := range list.Items {
+		var eps []string
+		for _, ep := range sl.Endpoints {
+			name := "?"
+			if ep.TargetRef != nil {
+				name = ep.TargetRef.Name
+			}
+			eps = append(eps, name+":"+flag(ep.Conditions.Ready, true)+flag(ep.Conditions.Serving, true)+flag(ep.Conditions.Terminating, false))
+		}
+		sort.Strings(eps)
+		out[sl.Name] = strings.Join(eps, ",")
+	}
+	return out, nil
+}
+
+func flag(p *bool, def bool) string {
+	if (p == nil && def) || (p != nil && *p) {
+		return "T"
+	}
+	return "F"
+}
+
+// waitSlices waits until every listed resource publishes exactly the
+// wanted slices at the same moment.
+func (s *sandbox) waitSlices(what string, want map[string]map[string]string) {
+	s.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(45 * time.Second)
+	var got map[string]map[string]string
+	var err error
+	for {
+		got, err = map[string]map[string]string{}, nil
+		for resource := range want {
+			got[resource], err = s.slices(ctx, resource)
+			if err != nil {
+				break
+			}
+		}
+		if err == nil && fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: slices\n got %v (%v)\nwant %v", what, got, err, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestSandbox starts the sandbox, checks the examples' slices, fails and
+// recovers backends, promotes a replica, stops the sandbox with SIGINT and
+// checks that no process, folder, file or port is left.
+func TestSandbox(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+
+	resources := &swhv1alpha1.ServiceWithHealthchecksList{}
+	if err := s.c.List(ctx, resources, client.InNamespace("default")); err != nil {
+		t.Fatalf("listing resources through the forwarded port: %v", err)
+	}
+	withDB := false
+	for _, r := range resources.Items {
+		withDB = withDB || r.Name == "db-write"
+	}
+	if !withDB {
+		t.Log("no PostgreSQL here: the database example is not checked")
+	}
+
+	web := map[string]string{"web-node-1": "vm-0:TTF", "web-node-2": "vm-1:TTF"}
+	smtp := map[string]string{"smtp-node-1": "vm-0:TTF", "smtp-node-2": "vm-1:TTF"}
+	app := map[string]string{"app-api-node-2": "app-0:TTF", "app-api-node-3": "app-1:TTF", "app-grpc-node-2": "app-0:TTF", "app-grpc-node-3": "app-1:TTF"}
+	dbRead := map[string]string{"db-read-node-1": "db-0:TTF", "db-read-node-2": "db-1:TTF", "db-read-node-3": "db-2:TTF"}
+	dbWrite := map[string]string{"db-write-node-1": "db-0:TTF", "db-write-node-2": "db-1:FFF", "db-write-node-3": "db-2:FFF"}
+	want := map[string]map[string]string{"web": web, "smtp": smtp, "app": app}
+	if withDB {
+		want["db-read"], want["db-write"] = dbRead, dbWrite
+	}
+	s.waitSlices("at start", want)
+
+	// A failing web server withdraws vm-0 from web only: smtp keeps it.
+	s.send("fail vm-0:http")
+	web["web-node-1"] = "vm-0:FFF"
+	s.waitSlices("web failing on vm-0", want)
+	s.waitOutput("vm-0 ready -> not ready", 10*time.Second)
+
+	// The pod-wide health port withdraws app-0 from both of its ports.
+	s.subcommand("fail", "app-0:health")
+	app["app-api-node-2"], app["app-grpc-node-2"] = "app-0:FFF", "app-0:FFF"
+	s.waitSlices("health port failing on app-0", want)
+
+	s.subcommand("recover", "vm-0:http")
+	s.send("recover app-0")
+	web["web-node-1"] = "vm-0:TTF"
+	app["app-api-node-2"], app["app-grpc-node-2"] = "app-0:TTF", "app-0:TTF"
+	s.waitSlices("after recovering", want)
+
+	if withDB {
+		// db-write follows the promotion; the old primary stops.
+		s.send("promote db-1")
+		dbWrite["db-write-node-1"], dbWrite["db-write-node-2"] = "db-0:FFF", "db-1:TTF"
+		dbRead["db-read-node-1"] = "db-0:FFF"
+		s.waitSlices("after promoting db-1", want)
+	}
+
+	// Stop it as Ctrl-C does, and check what is left.
+	tmpDirs := regexp.MustCompile(`temporary files in (\S+)\)`).FindStringSubmatch(s.output.String())
+	cfg, err := clientcmd.LoadFromFile(filepath.Join(s.out, "kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var apiAddr string
+	for _, c := range cfg.Clusters {
+		u, err := url.Parse(c.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		apiAddr = u.Host
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("swh-sandbox did not stop within 2 minutes of SIGINT")
+	}
+	var exitErr *exec.ExitError
+	if errors.As(s.err, &exitErr) {
+		t.Errorf("swh-sandbox exited with %v", s.err)
+	}
+	for _, name := range []string{"kubeconfig", "control.sock"} {
+		if _, err := os.Stat(filepath.Join(s.out, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s is left in %s (%v)", name, s.out, err)
+		}
+	}
+	if len(tmpDirs) != 2 {
+		t.Errorf("the sandbox did not name its temporary folder")
+	} else if _, err := os.Stat(tmpDirs[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the temporary folder %s is left (%v)", tmpDirs[1], err)
+	}
+	if conn, err := net.DialTimeout("tcp", apiAddr, time.Second); err == nil {
+		_ = conn.Close()
+		t.Errorf("%s still accepts connections", apiAddr)
+	}
+	if left := processesMentioning(filepath.Dir(s.bin), s.out); len(left) > 0 {
+		t.Errorf("processes left: %v", left)
+	}
+	if len(tmpDirs) == 2 {
+		if left := processesMentioning(tmpDirs[1]); len(left) > 0 {
+			t.Errorf("processes left: %v", left)
+		}
+	}
+}
+
+// processesMentioning lists the processes whose command line mentions one
+// of words (the sandbox's binaries and folders make them unique).
+func processesMentioning(words ...string) []string {
+	entries, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(cmdline) == 0 {
+			continue
+		}
+		s := strings.ReplaceAll(string(cmdline), "\x00", " ")
+		for _, w := range words {
+			if strings.Contains(s, w) {
+				out = append(out, e.Name()+": "+s)
+				break
+			}
+		}
+	}
+	return out
+}
