@@ -11,11 +11,13 @@ ci=${CI:-false}
 
 step() { echo; echo ">> $*"; }
 
-step "dependencies: PostgreSQL server, iproute2, unshare"
+step "dependencies: PostgreSQL server, iproute2, unshare, nftables and iptables (kube-proxy's modes in the e2e suite)"
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null || missing+=(postgresql)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null || missing+=(util-linux)
+command -v nft >/dev/null || missing+=(nftables)
+command -v iptables >/dev/null || missing+=(iptables)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]} from Debian's packages"
@@ -50,4 +52,8 @@ trap 'rm -rf "$testbin"' EXIT
 (cd test && go vet ./... && go test -c -o "$testbin/" ./...)
 
 step "integration suites inside a private network namespace"
-hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m ./...'
+# test/e2e runs below, once per kube-proxy mode (make e2e).
+hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m $(go list ./... | grep -v "/test/e2e$")'
+
+step "end-to-end suite: upstream kube-proxy and kube-controller-manager carry real requests"
+make --no-print-directory e2e

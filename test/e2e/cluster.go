@@ -1,0 +1,502 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// The addresses of the cluster. The world namespace (the one the suite runs
+// in, made by hack/netns.sh) holds the bridge, kube-apiserver, etcd, our
+// controller and kube-controller-manager. Pods use 10.245.0.0/16, apart
+// from the 10.244.0.0/16 that hack/netns.sh makes local in the world.
+const (
+	bridgeName  = "swh-br0"
+	worldIP     = "10.250.0.1"
+	bridgeCIDR  = "10.250.0.0/24"
+	externalIP  = "10.250.0.100" // the client outside the cluster
+	clusterCIDR = "10.245.0.0/16"
+	nodeCount   = 3
+)
+
+func nodeIP(i int) string       { return fmt.Sprintf("10.250.0.%d", 10+i) }
+func podCIDR(i int) string      { return fmt.Sprintf("10.245.%d.0/24", i) }
+func podGateway(i int) string   { return fmt.Sprintf("10.245.%d.1", i) }
+func podIP(i, k int) string     { return fmt.Sprintf("10.245.%d.%d", i, k) }
+func nodeName(i int) string     { return fmt.Sprintf("node-%d", i) }
+func clientPodIP(i int) string  { return podIP(i, 250) }
+func nodeVeth(i int) string     { return fmt.Sprintf("swh-n%d", i) }
+func externalVeth() string      { return "swh-c0" }
+func proxyHealthz(i int) string { return "http://" + nodeIP(i) + ":10256/healthz" }
+
+// Cluster is the whole data path on one machine.
+type Cluster struct {
+	Mode     string
+	CP       *harness.ControlPlane
+	Nodes    []*Node
+	External *NetNS
+	bin      string
+	dir      string
+
+	mu         sync.Mutex
+	procs      []*Proc
+	namespaces []*NetNS
+	podsByIP   map[string]string
+	stopped    bool
+}
+
+// Node is a node namespace with its kube-proxy and agent.
+type Node struct {
+	Index  int
+	Name   string
+	IP     string
+	NS     *NetNS
+	Proxy  *Proc
+	Agent  *Proc
+	Client *Pod
+	c      *Cluster
+	mu     sync.Mutex
+	next   int
+	// agentRuns numbers the agent's runs, for log names.
+	agentRuns int
+}
+
+// Pod is a pod namespace joined to its node by a routed veth pair.
+type Pod struct {
+	Name string
+	IP   string
+	Node *Node
+	NS   *NetNS
+}
+
+// Proc is a program started by the suite, stopped by its PID.
+type Proc struct {
+	Name string
+	PID  int
+	Log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Running reports whether the process has not exited.
+func (p *Proc) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM, then SIGKILL after 15 s, and waits for the exit.
+func (p *Proc) Stop() {
+	if !p.Running() {
+		return
+	}
+	_ = syscall.Kill(p.PID, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// LogTail returns the last lines of the process's log.
+func (p *Proc) LogTail(lines int) string {
+	data, _ := os.ReadFile(p.Log)
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// world runs `ip` commands in the suite's own namespace (the world).
+func world(commands ...string) error {
+	cmd := exec.Command("ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(commands, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("world: ip %q: %w: %s", commands, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// newNS creates a namespace and records it for the final check.
+func (c *Cluster) newNS(name string) (*NetNS, error) {
+	ns, err := NewNetNS(name)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.namespaces = append(c.namespaces, ns)
+	c.mu.Unlock()
+	return ns, nil
+}
+
+// start runs a program inside ns (the world when nil), logging to a file.
+func (c *Cluster) start(ns *NetNS, name string, env []string, path string, args ...string) (*Proc, error) {
+	log, err := os.Create(filepath.Join(c.dir, name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
+	}
+	defer func() { _ = log.Close() }()
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	startFn := cmd.Start
+	if ns != nil {
+		err = ns.Do(startFn)
+	} else {
+		err = startFn()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &Proc{Name: name, PID: cmd.Process.Pid, Log: log.Name(), cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// kubeProxyConfig is the configuration of one node's kube-proxy. Inside a
+// network namespace kube-proxy cannot set nf_conntrack_max, hence the zero
+// conntrack sizes.
+func (c *Cluster) kubeProxyConfig(n *Node, kubeconfig string) string {
+	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %s
+hostnameOverride: %s
+bindAddress: %s
+healthzBindAddress: %s:10256
+metricsBindAddress: 127.0.0.1:10249
+mode: %s
+clusterCIDR: %s
+detectLocalMode: ClusterCIDR
+nodePortAddresses: [%q]
+oomScoreAdj: 0
+conntrack:
+  maxPerCore: 0
+  min: 0
+iptables:
+  minSyncPeriod: 100ms
+  syncPeriod: 30s
+  localhostNodePorts: false
+nftables:
+  minSyncPeriod: 100ms
+  syncPeriod: 30s
+`, kubeconfig, n.Name, n.IP, n.IP, c.Mode, clusterCIDR, bridgeCIDR)
+}
+
+// StartCluster builds the namespaces and starts every component.
+func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
+	bin, err := harness.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-proxy", "kube-controller-manager", "swh-agent", "swh-controller"} {
+		if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
+			return nil, fmt.Errorf("%w: %s not in %s (make e2e builds it)", harness.ErrMissingDependency, name, bin)
+		}
+	}
+	for _, tool := range []string{"ip", "nft", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%w: %s (Debian: nftables iptables iproute2)", harness.ErrMissingDependency, tool)
+		}
+	}
+	dir, err := os.MkdirTemp("", "swh-e2e-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the suite's folder: %w", err)
+	}
+	c = &Cluster{Mode: mode, bin: bin, dir: dir, podsByIP: map[string]string{}}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Stop())
+		}
+	}()
+	if err := world("link add "+bridgeName+" type bridge", "addr add "+worldIP+"/24 dev "+bridgeName, "link set "+bridgeName+" up"); err != nil {
+		return c, err
+	}
+	for i := 1; i <= nodeCount; i++ {
+		if err := c.addNode(i); err != nil {
+			return c, err
+		}
+	}
+	if c.External, err = c.newNS("client"); err != nil {
+		return c, err
+	}
+	if err := c.attach(c.External, externalVeth(), externalIP); err != nil {
+		return c, err
+	}
+
+	cp, err := harness.StartControlPlane(ctx, harness.ControlPlaneOptions{
+		APIServerAddress:    worldIP,
+		KubeconfigPath:      filepath.Join(dir, "admin.kubeconfig"),
+		ExtraAPIServerFlags: map[string]string{"advertise-address": worldIP},
+	})
+	if err != nil {
+		return c, err
+	}
+	c.CP = cp
+	proxyKubeconfig := filepath.Join(dir, "kube-proxy.kubeconfig")
+	if err := cp.WriteUserKubeconfig(proxyKubeconfig, "system:kube-proxy"); err != nil {
+		return c, err
+	}
+	admin := []string{"KUBECONFIG=" + cp.Kubeconfig}
+	if _, err := c.start(nil, "swh-controller", admin, filepath.Join(bin, "swh-controller"),
+		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0"); err != nil {
+		return c, err
+	}
+	if _, err := c.start(nil, "kube-controller-manager", nil, filepath.Join(bin, "kube-controller-manager"),
+		"--kubeconfig="+cp.Kubeconfig, "--controllers=endpointslice-controller,endpointslice-mirroring-controller",
+		"--leader-elect=false", "--secure-port=0"); err != nil {
+		return c, err
+	}
+	for _, n := range c.Nodes {
+		if _, err := harness.CreateNode(ctx, cp.Client, harness.NodeOptions{Name: n.Name, InternalIP: n.IP, Zone: "zone-" + n.Name}); err != nil {
+			return c, err
+		}
+		config := filepath.Join(dir, n.Name+"-kube-proxy.yaml")
+		if err := os.WriteFile(config, []byte(c.kubeProxyConfig(n, proxyKubeconfig)), 0o600); err != nil {
+			return c, fmt.Errorf("writing %s: %w", config, err)
+		}
+		if n.Proxy, err = c.start(n.NS, n.Name+"-kube-proxy", nil, filepath.Join(bin, "kube-proxy"), "--config="+config, "--v=2"); err != nil {
+			return c, err
+		}
+		if err := n.StartAgent(ctx); err != nil {
+			return c, err
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := waitHTTP(ctx, proxyHealthz(n.Index), n.Proxy); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// StartAgent starts the node's swh-agent inside the node's namespace, as a
+// DaemonSet pod with hostNetwork would run, and waits until it is ready
+// (its caches synced).
+func (n *Node) StartAgent(ctx context.Context) error {
+	n.agentRuns++
+	p, err := n.c.start(n.NS, fmt.Sprintf("%s-swh-agent-%d", n.Name, n.agentRuns), []string{"KUBECONFIG=" + n.c.CP.Kubeconfig},
+		filepath.Join(n.c.bin, "swh-agent"), "--node-name="+n.Name, "--metrics-bind-address=0",
+		"--health-probe-bind-address="+n.IP+":9081")
+	if err != nil {
+		return err
+	}
+	n.Agent = p
+	return waitHTTP(ctx, "http://"+n.IP+":9081/readyz", p)
+}
+
+// waitHTTP polls url from the world until it answers 200.
+func waitHTTP(ctx context.Context, url string, p *Proc) error {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	client := &http.Client{Timeout: 2 * time.Second}
+	var last error
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %d", resp.StatusCode)
+		}
+		last = err
+		if !p.Running() {
+			return fmt.Errorf("%s exited; its log:\n%s", p.Name, p.LogTail(30))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s not healthy at %s: %v; its log:\n%s", p.Name, url, last, p.LogTail(30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// attach links ns to the bridge with address ip.
+func (c *Cluster) attach(ns *NetNS, veth, ip string) error {
+	if err := world("link add "+veth+" type veth peer name eth0 netns "+ns.Path(), "link set "+veth+" master "+bridgeName+" up"); err != nil {
+		return err
+	}
+	return ns.IP("addr add "+ip+"/24 dev eth0", "link set eth0 up")
+}
+
+// addNode creates node i: its namespace on the bridge, routes to every pod
+// range through the node that owns it, forwarding on, and a client pod.
+func (c *Cluster) addNode(i int) error {
+	ns, err := c.newNS(nodeName(i))
+	if err != nil {
+		return err
+	}
+	n := &Node{Index: i, Name: nodeName(i), IP: nodeIP(i), NS: ns, c: c, next: 10}
+	c.Nodes = append(c.Nodes, n)
+	if err := c.attach(ns, nodeVeth(i), n.IP); err != nil {
+		return err
+	}
+	cmds := []string{"route add default via " + worldIP}
+	for j := 1; j <= nodeCount; j++ {
+		if j != i {
+			cmds = append(cmds, "route add "+podCIDR(j)+" via "+nodeIP(j))
+		}
+	}
+	if err := ns.IP(cmds...); err != nil {
+		return err
+	}
+	if err := ns.Sysctl("net/ipv4/ip_forward", "1"); err != nil {
+		return err
+	}
+	// The world (kube-apiserver, the harness's own PostgreSQL queries)
+	// reaches pods through their node.
+	if err := world("route add " + podCIDR(i) + " via " + n.IP); err != nil {
+		return err
+	}
+	n.Client, err = n.addPodAt("client-"+n.Name, clientPodIP(i))
+	return err
+}
+
+// AddPod creates a pod namespace on the node with the next free address.
+func (n *Node) AddPod(name string) (*Pod, error) {
+	n.mu.Lock()
+	k := n.next
+	n.next++
+	n.mu.Unlock()
+	return n.addPodAt(name, podIP(n.Index, k))
+}
+
+func (n *Node) addPodAt(name, ip string) (*Pod, error) {
+	ns, err := n.c.newNS(name)
+	if err != nil {
+		return nil, err
+	}
+	host := "vp" + strings.ReplaceAll(strings.TrimPrefix(ip, "10.245."), ".", "x")
+	if err := n.NS.IP(
+		"link add "+host+" type veth peer name eth0 netns "+ns.Path(),
+		"link set "+host+" up",
+		"addr add "+podGateway(n.Index)+"/32 dev "+host,
+		"route add "+ip+"/32 dev "+host,
+	); err != nil {
+		return nil, err
+	}
+	if err := ns.IP(
+		"addr add "+ip+"/32 dev eth0",
+		"link set eth0 up",
+		"route add "+podGateway(n.Index)+"/32 dev eth0",
+		"route add default via "+podGateway(n.Index)+" dev eth0",
+	); err != nil {
+		return nil, err
+	}
+	n.c.mu.Lock()
+	n.c.podsByIP[ip] = name
+	n.c.mu.Unlock()
+	return &Pod{Name: name, IP: ip, Node: n, NS: ns}, nil
+}
+
+// PodByIP names the pod that owns ip.
+func (c *Cluster) PodByIP(ip string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if name, ok := c.podsByIP[ip]; ok {
+		return name
+	}
+	return "unknown:" + ip
+}
+
+// Stop stops every process by its recorded PID, the control plane, and
+// releases every namespace.
+func (c *Cluster) Stop() error {
+	if c.stopped {
+		return nil
+	}
+	c.stopped = true
+	var errs []error
+	c.mu.Lock()
+	procs := append([]*Proc(nil), c.procs...)
+	c.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].Stop()
+	}
+	if c.CP != nil {
+		errs = append(errs, c.CP.Stop())
+	}
+	for _, ns := range c.namespaces {
+		errs = append(errs, ns.Close())
+	}
+	errs = append(errs, world("link del "+bridgeName))
+	return errors.Join(errs...)
+}
+
+// Check proves that nothing the suite made is left: every recorded process
+// is gone, no process lives in any of the namespaces, the kernel destroyed
+// them (their veth ends in the world vanish with them), no named namespace
+// exists, and the suite's folder is removed.
+func (c *Cluster) Check(ctx context.Context) error {
+	var errs []error
+	for _, p := range c.procs {
+		if err := syscall.Kill(p.PID, 0); err == nil || !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("process %s (pid %d) is still there", p.Name, p.PID))
+		}
+	}
+	inodes := map[uint64]string{}
+	for _, ns := range c.namespaces {
+		inodes[ns.Inode] = ns.Name
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st); err == nil {
+			if name, ok := inodes[st.Ino]; ok {
+				errs = append(errs, fmt.Errorf("process %s still lives in namespace %s", e.Name(), name))
+			}
+		}
+	}
+	// Namespaces are destroyed asynchronously once unreferenced.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command("ip", "-o", "link", "show").CombinedOutput()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listing links: %w", err))
+			break
+		}
+		var left []string
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "swh-n") || strings.Contains(line, "swh-c") || strings.Contains(line, bridgeName) {
+				left = append(left, strings.TrimSpace(line))
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("links left in the world (their namespaces still exist): %v", left))
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "" {
+		errs = append(errs, fmt.Errorf("ip netns list: %q (%v)", out, err))
+	}
+	if _, err := os.Stat(c.dir); !os.IsNotExist(err) {
+		errs = append(errs, fmt.Errorf("the suite's folder %s is still there", c.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveDir removes the suite's folder (logs and kubeconfigs).
+func (c *Cluster) RemoveDir() error { return os.RemoveAll(c.dir) }

@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// convergeTimeout bounds every wait for the data path to follow a change.
+const convergeTimeout = 60 * time.Second
+
+// fixture is one scenario's Kubernetes namespace and the pods, backends and
+// namespaces it made; everything goes when the test ends.
+type fixture struct {
+	t        *testing.T
+	ctx      context.Context
+	ns       string
+	scenario string
+}
+
+func newFixture(t *testing.T, scenario string) *fixture {
+	t.Helper()
+	if cluster == nil {
+		t.Fatal("no cluster")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return &fixture{t: t, ctx: ctx, ns: cluster.CP.CleanNamespace(t), scenario: scenario}
+}
+
+func (f *fixture) c() client.Client { return cluster.CP.Client }
+
+// pod creates a pod namespace on node and the matching Pod object with
+// label app and named container ports.
+func (f *fixture) pod(node *Node, name, app string, ports map[string]int32) *Pod {
+	f.t.Helper()
+	p, err := node.AddPod(name)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() {
+		if err := p.NS.Close(); err != nil {
+			f.t.Error(err)
+		}
+	})
+	var cports []corev1.ContainerPort
+	for pname, port := range ports {
+		cports = append(cports, corev1.ContainerPort{Name: pname, ContainerPort: port})
+	}
+	if _, err := harness.CreatePod(f.ctx, f.c(), harness.PodOptions{
+		Namespace: f.ns, Name: name, Node: node.Name, Labels: map[string]string{"app": app},
+		IPs: []string{p.IP}, Ports: cports,
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+// http starts an HTTP backend on the pod, healthy unless failed.
+func (f *fixture) http(p *Pod, port int, failed bool) *HTTPBackend {
+	f.t.Helper()
+	b, err := p.StartHTTP(port)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	b.SetFailed(failed)
+	f.t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// banner starts an SMTP-like banner backend on the pod.
+func (f *fixture) banner(p *Pod, port int) *BannerBackend {
+	f.t.Helper()
+	b, err := p.StartBanner(port)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// httpProbe checks GET /healthz on port every second; two failures take a
+// pod out, one success brings it back.
+func httpProbe(port intstr.IntOrString) swhv1alpha1.Probe {
+	return swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModeHTTP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 2,
+		HTTP: &swhv1alpha1.HTTPProbe{TargetPort: port, Path: "/healthz", Method: "GET", Scheme: swhv1alpha1.HTTPSchemeHTTP}}
+}
+
+func tcpProbe(port intstr.IntOrString) swhv1alpha1.Probe {
+	return swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModeTCP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 2,
+		TCP: &swhv1alpha1.TCPProbe{TargetPort: port}}
+}
+
+func postgresProbe(query, secret string) swhv1alpha1.Probe {
+	return swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModePostgreSQL, TimeoutSeconds: 2, SuccessThreshold: 1, FailureThreshold: 2,
+		PostgreSQL: &swhv1alpha1.PostgreSQLProbe{TargetPort: intstr.FromString("postgres"), DBName: "postgres", Query: query,
+			AuthSecretName: secret, TLSMode: swhv1alpha1.PostgreSQLTLSDisable}}
+}
+
+// swh creates a resource selecting app=app and returns its Service's
+// cluster IP once the controller has made the Service.
+func (f *fixture) swh(name, app string, mutate func(*swhv1alpha1.ServiceWithHealthchecks), ports []swhv1alpha1.ServicePort, probes ...swhv1alpha1.Probe) *corev1.Service {
+	f.t.Helper()
+	r := &swhv1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{
+			Ports:       ports,
+			Selector:    map[string]string{"app": app},
+			Healthcheck: &swhv1alpha1.Healthcheck{PeriodSeconds: 1, Probes: probes},
+		},
+	}
+	if mutate != nil {
+		mutate(r)
+	}
+	if err := f.c().Create(f.ctx, r); err != nil {
+		f.t.Fatalf("creating %s: %v", name, err)
+	}
+	return f.service(name, func(s *corev1.Service) bool { return s.Spec.ClusterIP != "" && s.Spec.Selector == nil })
+}
+
+// service waits until the Service exists and ok holds for it.
+func (f *fixture) service(name string, ok func(*corev1.Service) bool) *corev1.Service {
+	f.t.Helper()
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		svc := &corev1.Service{}
+		err := f.c().Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, svc)
+		if err == nil && ok(svc) {
+			return svc
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("Service %s not as expected: %v %+v", name, err, svc.Spec)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func hostPort(ip string, port int32) string { return net.JoinHostPort(ip, strconv.Itoa(int(port))) }
+
+// converge sends batches of requests until one lands only on want (all of
+// them, and nothing fails), then measures n more that must do the same. It
+// records the time since the change and the requests sent meanwhile.
+func (f *fixture) converge(step string, since time.Time, req Request, n int, want ...string) {
+	f.t.Helper()
+	var during Tally
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		batch := Send(f.ctx, req, 20)
+		if batch.LandsOnly(want...) {
+			break
+		}
+		during.Merge(batch)
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: requests never landed only on %v: last batch %s", step, want, batch)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	elapsed := time.Since(since)
+	measured := Send(f.ctx, req, n)
+	report.Add(Row{Scenario: f.scenario, Step: step, Measured: measured, Converge: elapsed, During: during})
+	f.t.Logf("%s: converged in %s (%s while converging); measured %s", step, elapsed.Round(10*time.Millisecond), during.String(), measured)
+	if !measured.LandsOnly(want...) {
+		f.t.Errorf("%s: want every request to land on %v, got %s", step, want, measured)
+	}
+}
+
+// never sends n requests that must all fail (no endpoint to reach).
+func (f *fixture) never(step string, since time.Time, req Request, n int) {
+	f.t.Helper()
+	deadline := time.Now().Add(convergeTimeout)
+	var during Tally
+	for {
+		batch := Send(f.ctx, req, 4)
+		if batch.Failed == batch.Total {
+			break
+		}
+		during.Merge(batch)
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: requests still land: %s", step, batch)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	elapsed := time.Since(since)
+	measured := Send(f.ctx, req, n)
+	report.Add(Row{Scenario: f.scenario, Step: step, Measured: measured, Converge: elapsed, During: during})
+	f.t.Logf("%s: converged in %s; measured %s (every request must fail)", step, elapsed.Round(10*time.Millisecond), measured)
+	if measured.Failed != measured.Total {
+		f.t.Errorf("%s: want no request to land, got %s", step, measured)
+	}
+}
+
+// loopResult records a continuous client loop and checks it saw no failure
+// and reached every pod of want.
+func (f *fixture) loopResult(step string, converge time.Duration, t Tally, want ...string) {
+	f.t.Helper()
+	report.Add(Row{Scenario: f.scenario, Step: step, Measured: t, Converge: converge})
+	f.t.Logf("%s: %s (converged in %s)", step, t, converge.Round(10*time.Millisecond))
+	if !t.LandsOnly(want...) {
+		f.t.Errorf("%s: want zero failed requests, all landing on %v; got %s", step, want, t)
+	}
+}
+
+// proxyHealth is what kube-proxy's healthCheckNodePort server answers.
+type proxyHealth struct {
+	Code           int
+	LocalEndpoints int `json:"localEndpoints"`
+}
+
+func (f *fixture) healthCheck(node *Node, port int32) (proxyHealth, error) {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DialContext: cluster.External.DialContext, DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + hostPort(node.IP, port) + "/")
+	if err != nil {
+		return proxyHealth{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return proxyHealth{}, err
+	}
+	h := proxyHealth{Code: resp.StatusCode}
+	if err := json.Unmarshal(body, &h); err != nil {
+		return h, fmt.Errorf("decoding %q: %w", body, err)
+	}
+	return h, nil
+}
+
+// waitHealthCheck polls a node's healthCheckNodePort until it answers code
+// with localEndpoints equal to count.
+func (f *fixture) waitHealthCheck(step string, since time.Time, node *Node, port int32, code, count int) {
+	f.t.Helper()
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		h, err := f.healthCheck(node, port)
+		if err == nil && h.Code == code && h.LocalEndpoints == count {
+			elapsed := time.Since(since)
+			report.Add(Row{Scenario: f.scenario, Step: fmt.Sprintf("%s: %s healthCheckNodePort %d/%d", step, node.Name, code, count), Converge: elapsed})
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: healthCheckNodePort of %s: want %d with localEndpoints %d, got %+v (%v)", step, node.Name, code, count, h, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// slices lists the EndpointSlices of a Service.
+func (f *fixture) slices(service string) []discoveryv1.EndpointSlice {
+	f.t.Helper()
+	list := &discoveryv1.EndpointSliceList{}
+	if err := f.c().List(f.ctx, list, client.InNamespace(f.ns), client.MatchingLabels{discoveryv1.LabelServiceName: service}); err != nil {
+		f.t.Fatal(err)
+	}
+	return list.Items
+}
+
+// waitSlices polls until ok holds for the Service's slices and returns how
+// long it took since since.
+func (f *fixture) waitSlices(what, service string, since time.Time, ok func([]discoveryv1.EndpointSlice) bool) time.Duration {
+	f.t.Helper()
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		s := f.slices(service)
+		if ok(s) {
+			return time.Since(since)
+		}
+		if time.Now().After(deadline) {
+			var names []string
+			for _, sl := range s {
+				names = append(names, sl.Name+"("+sl.Labels[discoveryv1.LabelManagedBy]+")")
+			}
+			f.t.Fatalf("%s: slices of %s never as expected; now %v", what, service, names)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

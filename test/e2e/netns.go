@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// NetNS is a network namespace held by a file descriptor of this process:
+// it has no name under /run/netns, so nothing of it exists outside this
+// process, and the kernel destroys it once the descriptor is closed and no
+// process or socket lives in it any more.
+type NetNS struct {
+	// Name is for messages only.
+	Name string
+	fd   int
+	// Inode identifies the namespace in /proc/*/ns/net.
+	Inode uint64
+}
+
+// currentNetNS opens the network namespace of the calling thread.
+func currentNetNS() (int, error) {
+	fd, err := syscall.Open("/proc/thread-self/ns/net", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("opening the thread's network namespace: %w", err)
+	}
+	return fd, nil
+}
+
+func setns(fd int) error {
+	return unix.Setns(fd, unix.CLONE_NEWNET)
+}
+
+// onLockedThread runs fn on an OS thread of its own that is in the network
+// namespace target (or a new one when target < 0), then moves the thread back
+// to its original namespace. A thread that cannot be moved back is left
+// locked, so the Go runtime ends it with the goroutine instead of reusing it.
+func onLockedThread(target int, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := currentNetNS()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer func() { _ = syscall.Close(orig) }()
+		if target < 0 {
+			err = syscall.Unshare(syscall.CLONE_NEWNET)
+		} else {
+			err = setns(target)
+		}
+		if err != nil {
+			errc <- fmt.Errorf("entering a network namespace: %w", err)
+			return // the thread may have moved: let it end with this goroutine
+		}
+		fnErr := fn()
+		if err := setns(orig); err != nil {
+			errc <- fmt.Errorf("returning to the original network namespace: %w (after %v)", err, fnErr)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- fnErr
+	}()
+	return <-errc
+}
+
+// NewNetNS creates an empty network namespace with its loopback up.
+func NewNetNS(name string) (*NetNS, error) {
+	ns := &NetNS{Name: name, fd: -1}
+	err := onLockedThread(-1, func() error {
+		fd, err := currentNetNS()
+		if err != nil {
+			return err
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			_ = syscall.Close(fd)
+			return fmt.Errorf("stat of the new namespace: %w", err)
+		}
+		ns.fd, ns.Inode = fd, st.Ino
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating network namespace %s: %w", name, err)
+	}
+	if err := ns.IP("link set lo up"); err != nil {
+		return nil, errors.Join(err, ns.Close())
+	}
+	return ns, nil
+}
+
+// Path is a file that names the namespace for other programs, as in
+// `ip link set DEV netns PATH`.
+func (ns *NetNS) Path() string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), ns.fd) }
+
+// Do runs fn with the calling thread inside the namespace: sockets fn opens
+// and processes it starts belong to the namespace.
+func (ns *NetNS) Do(fn func() error) error {
+	if ns.fd < 0 {
+		return fmt.Errorf("network namespace %s is closed", ns.Name)
+	}
+	return onLockedThread(ns.fd, fn)
+}
+
+// Run runs a command to completion inside the namespace.
+func (ns *NetNS) Run(name string, args ...string) error {
+	var out []byte
+	err := ns.Do(func() error {
+		var err error
+		out, err = exec.Command(name, args...).CombinedOutput()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %s %s: %w: %s", ns.Name, name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// IP runs `ip` commands, one per argument, as a batch inside the namespace.
+func (ns *NetNS) IP(commands ...string) error {
+	var out []byte
+	err := ns.Do(func() error {
+		cmd := exec.Command("ip", "-batch", "-")
+		cmd.Stdin = strings.NewReader(strings.Join(commands, "\n") + "\n")
+		var err error
+		out, err = cmd.CombinedOutput()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: ip %q: %w: %s", ns.Name, commands, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Sysctl writes a per-namespace setting such as net/ipv4/ip_forward.
+func (ns *NetNS) Sysctl(key, value string) error {
+	return ns.Do(func() error {
+		if err := os.WriteFile("/proc/sys/"+key, []byte(value), 0o644); err != nil {
+			return fmt.Errorf("%s: setting %s: %w", ns.Name, key, err)
+		}
+		return nil
+	})
+}
+
+// Listen opens a TCP listener inside the namespace.
+func (ns *NetNS) Listen(addr string) (net.Listener, error) {
+	var l net.Listener
+	err := ns.Do(func() error {
+		var err error
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: listening on %s: %w", ns.Name, addr, err)
+	}
+	return l, nil
+}
+
+// DialContext connects from inside the namespace; it fits
+// http.Transport.DialContext and lib/pq's Dialer.
+func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var conn net.Conn
+	err := ns.Do(func() error {
+		var err error
+		conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return conn, err
+}
+
+// Close releases the namespace; the kernel destroys it once nothing lives in
+// it any more.
+func (ns *NetNS) Close() error {
+	if ns.fd < 0 {
+		return nil
+	}
+	err := syscall.Close(ns.fd)
+	ns.fd = -1
+	if err != nil {
+		return fmt.Errorf("closing network namespace %s: %w", ns.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,377 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+)
+
+// The scenarios run in this order; the last one loses node-3 for good.
+
+var webPort = []swhv1alpha1.ServicePort{{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080)}}
+
+func webURL(svc *corev1.Service) string { return "http://" + hostPort(svc.Spec.ClusterIP, 80) + "/" }
+
+// 1. ClusterIP: only pods passing their port's probes get requests; a
+// backend made to fail drops out once its failure threshold is reached and
+// comes back after recovery.
+func TestClusterIP(t *testing.T) {
+	f := newFixture(t, "1 ClusterIP")
+	n := cluster.Nodes
+	a, b, c := f.pod(n[0], "web-a", "web", nil), f.pod(n[1], "web-b", "web", nil), f.pod(n[2], "web-c", "web", nil)
+	f.http(a, 8080, false)
+	bb := f.http(b, 8080, false)
+	f.http(c, 8080, true) // never passes
+	start := time.Now()
+	svc := f.swh("web", "web", nil, webPort, httpProbe(intstr.FromInt32(8080)))
+	req := HTTPGet(n[0].Client.NS, webURL(svc))
+	f.converge("only passing pods (web-c fails)", start, req, 200, "web-a", "web-b")
+
+	bb.SetFailed(true)
+	start = time.Now()
+	f.converge("web-b fails: drops out", start, req, 200, "web-a")
+
+	bb.SetFailed(false)
+	start = time.Now()
+	f.converge("web-b recovers: back in", start, req, 200, "web-a", "web-b")
+}
+
+// 2. Per-port independence: failing web's probe stops web traffic to the
+// pod while its smtp traffic continues without a single failure.
+func TestPerPortIndependence(t *testing.T) {
+	f := newFixture(t, "2 per-port independence")
+	n := cluster.Nodes
+	ports := map[string]int32{"web": 8080, "smtp": 2525}
+	a, b := f.pod(n[0], "mail-a", "mail", ports), f.pod(n[1], "mail-b", "mail", ports)
+	wa := f.http(a, 8080, false)
+	f.http(b, 8080, false)
+	f.banner(a, 2525)
+	f.banner(b, 2525)
+	start := time.Now()
+	svc := f.swh("mail", "mail", nil, []swhv1alpha1.ServicePort{
+		{Name: "web", Port: 80, TargetPort: intstr.FromString("web")},
+		{Name: "smtp", Port: 25, TargetPort: intstr.FromString("smtp")},
+	}, httpProbe(intstr.FromString("web")), tcpProbe(intstr.FromString("smtp")))
+	client := n[2].Client.NS
+	web, smtp := HTTPGet(client, webURL(svc)), Banner(client, hostPort(svc.Spec.ClusterIP, 25))
+	f.converge("web on both", start, web, 100, "mail-a", "mail-b")
+	f.converge("smtp on both", start, smtp, 100, "mail-a", "mail-b")
+
+	loop := StartLoop(f.ctx, smtp)
+	wa.SetFailed(true)
+	start = time.Now()
+	f.converge("mail-a web fails: web only on mail-b", start, web, 200, "mail-b")
+	converged := time.Since(start)
+	f.converge("mail-a web fails: smtp still on both", start, smtp, 100, "mail-a", "mail-b")
+	f.loopResult("smtp loop while mail-a's web fails", converged, loop.Stop(), "mail-a", "mail-b")
+}
+
+// 3. A pod-wide health port: its failure stops traffic on every port.
+func TestPodWideHealthPort(t *testing.T) {
+	f := newFixture(t, "3 pod-wide health port")
+	n := cluster.Nodes
+	ports := map[string]int32{"web": 8080, "smtp": 2525, "health": 8086}
+	a, b := f.pod(n[1], "app-a", "app", ports), f.pod(n[2], "app-b", "app", ports)
+	for _, p := range []*Pod{a, b} {
+		f.http(p, 8080, false)
+		f.banner(p, 2525)
+	}
+	ha := f.http(a, 8086, false)
+	f.http(b, 8086, false)
+	start := time.Now()
+	svc := f.swh("app", "app", nil, []swhv1alpha1.ServicePort{
+		{Name: "web", Port: 80, TargetPort: intstr.FromString("web")},
+		{Name: "smtp", Port: 25, TargetPort: intstr.FromString("smtp")},
+	}, httpProbe(intstr.FromInt32(8086)))
+	client := n[0].Client.NS
+	web, smtp := HTTPGet(client, webURL(svc)), Banner(client, hostPort(svc.Spec.ClusterIP, 25))
+	f.converge("web on both", start, web, 100, "app-a", "app-b")
+	f.converge("smtp on both", start, smtp, 100, "app-a", "app-b")
+
+	ha.SetFailed(true)
+	start = time.Now()
+	f.converge("app-a health fails: web only on app-b", start, web, 100, "app-b")
+	f.converge("app-a health fails: smtp only on app-b", start, smtp, 100, "app-b")
+
+	ha.SetFailed(false)
+	start = time.Now()
+	f.converge("app-a health recovers: web on both", start, web, 100, "app-a", "app-b")
+	f.converge("app-a health recovers: smtp on both", start, smtp, 100, "app-a", "app-b")
+}
+
+// 4. The database example: db-write lands only on the primary, and on the
+// promoted replica once the old primary is stopped; db-read spreads over
+// every healthy member.
+func TestDatabase(t *testing.T) {
+	f := newFixture(t, "4 database")
+	n := cluster.Nodes
+	ports := map[string]int32{"postgres": 5432}
+	p0, p1 := f.pod(n[0], "db-0", "db", ports), f.pod(n[1], "db-1", "db", ports)
+	ctx, cancel := context.WithTimeout(f.ctx, 2*time.Minute)
+	defer cancel()
+	primary, err := p0.StartPostgres(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = primary.Close() })
+	replica, err := p1.StartReplica(ctx, primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = replica.Close() })
+	o := primary.Options()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "db-credentials"},
+		StringData: map[string]string{"user": o.User, "password": o.Password}}
+	if err := f.c().Create(f.ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	port := []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}}
+	start := time.Now()
+	write := f.swh("db-write", "db", nil, port, postgresProbe("SELECT NOT pg_is_in_recovery()", "db-credentials"))
+	read := f.swh("db-read", "db", nil, port, postgresProbe("SELECT 1", "db-credentials"))
+	dsn := func(svc *corev1.Service) string {
+		u := url.URL{Scheme: "postgres", User: url.UserPassword(o.User, o.Password), Host: hostPort(svc.Spec.ClusterIP, 5432),
+			Path: "/postgres", RawQuery: "sslmode=disable&connect_timeout=5"}
+		return u.String()
+	}
+	client := n[2].Client.NS
+	writeReq, readReq := PostgresServer(client, dsn(write), cluster.PodByIP), PostgresServer(client, dsn(read), cluster.PodByIP)
+	f.converge("db-write on the primary", start, writeReq, 60, "db-0")
+	f.converge("db-read on both", start, readReq, 60, "db-0", "db-1")
+
+	if err := primary.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	f.converge("failover: db-write on the new primary", start, writeReq, 60, "db-1")
+	f.converge("failover: db-read on the healthy member", start, readReq, 60, "db-1")
+}
+
+// 5. externalTrafficPolicy Local: each node's NodePort reaches only its own
+// passing pods, and its healthCheckNodePort reports them.
+func TestLocalTrafficPolicy(t *testing.T) {
+	f := newFixture(t, "5 externalTrafficPolicy Local")
+	n := cluster.Nodes
+	l1a, l1b, l2a, l3a := f.pod(n[0], "loc-1a", "loc", nil), f.pod(n[0], "loc-1b", "loc", nil), f.pod(n[1], "loc-2a", "loc", nil), f.pod(n[2], "loc-3a", "loc", nil)
+	f.http(l1a, 8080, false)
+	b1b := f.http(l1b, 8080, false)
+	b2a := f.http(l2a, 8080, false)
+	b3a := f.http(l3a, 8080, true)
+	start := time.Now()
+	svc := f.swh("loc", "loc", func(r *swhv1alpha1.ServiceWithHealthchecks) {
+		r.Spec.Type = corev1.ServiceTypeLoadBalancer
+		r.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}, webPort, httpProbe(intstr.FromInt32(8080)))
+	svc = f.service("loc", func(s *corev1.Service) bool {
+		return s.Spec.HealthCheckNodePort != 0 && len(s.Spec.Ports) == 1 && s.Spec.Ports[0].NodePort != 0
+	})
+	nodePort, hc := svc.Spec.Ports[0].NodePort, svc.Spec.HealthCheckNodePort
+	via := func(node *Node) Request {
+		return HTTPGet(cluster.External, "http://"+hostPort(node.IP, nodePort)+"/")
+	}
+	check := func(step string, since time.Time, want map[*Node][]string) {
+		for _, node := range n {
+			pods := want[node]
+			if len(pods) == 0 {
+				f.waitHealthCheck(step, since, node, hc, 503, 0)
+				f.never(fmt.Sprintf("%s: NodePort of %s reaches nothing", step, node.Name), since, via(node), 8)
+				continue
+			}
+			f.waitHealthCheck(step, since, node, hc, 200, len(pods))
+			f.converge(fmt.Sprintf("%s: NodePort of %s", step, node.Name), since, via(node), 100, pods...)
+		}
+	}
+	check("initial", start, map[*Node][]string{n[0]: {"loc-1a", "loc-1b"}, n[1]: {"loc-2a"}})
+
+	b1b.SetFailed(true)
+	b2a.SetFailed(true)
+	b3a.SetFailed(false)
+	start = time.Now()
+	check("loc-1b, loc-2a fail; loc-3a recovers", start, map[*Node][]string{n[0]: {"loc-1a"}, n[2]: {"loc-3a"}})
+
+	b1b.SetFailed(false)
+	b2a.SetFailed(false)
+	start = time.Now()
+	check("loc-1b, loc-2a recover", start, map[*Node][]string{n[0]: {"loc-1a", "loc-1b"}, n[1]: {"loc-2a"}, n[2]: {"loc-3a"}})
+}
+
+// 6. A terminating pod that still passes its probes keeps serving as
+// kube-proxy's fallback when no endpoint is ready.
+func TestTerminatingFallback(t *testing.T) {
+	f := newFixture(t, "6 terminating fallback")
+	n := cluster.Nodes
+	a, b := f.pod(n[0], "term-a", "term", nil), f.pod(n[1], "term-b", "term", nil)
+	f.http(a, 8080, false)
+	bb := f.http(b, 8080, false)
+	start := time.Now()
+	svc := f.swh("term", "term", nil, webPort, httpProbe(intstr.FromInt32(8080)))
+	req := HTTPGet(n[2].Client.NS, webURL(svc))
+	f.converge("both ready", start, req, 100, "term-a", "term-b")
+
+	// No kubelet confirms the deletion: term-a stays terminating.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "term-a"}}
+	if err := f.c().Delete(f.ctx, pod, client.GracePeriodSeconds(600)); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	f.converge("term-a terminating, term-b ready", start, req, 100, "term-b")
+
+	bb.SetFailed(true)
+	start = time.Now()
+	f.converge("term-b fails: terminating term-a serves", start, req, 100, "term-a")
+	f.waitSlices("term-a published as serving and terminating", "term", time.Now(), func(s []discoveryv1.EndpointSlice) bool {
+		for _, sl := range s {
+			for _, ep := range sl.Endpoints {
+				if ep.TargetRef != nil && ep.TargetRef.Name == "term-a" {
+					c := ep.Conditions
+					return c.Ready != nil && !*c.Ready && c.Serving != nil && *c.Serving && c.Terminating != nil && *c.Terminating
+				}
+			}
+		}
+		return false
+	})
+}
+
+// 7. Migration: a plain Service served by the built-in EndpointSlice
+// controller is adopted under a continuous client loop: no failed request,
+// the same cluster IP, and the built-in controller's slices gone.
+func TestMigration(t *testing.T) {
+	f := newFixture(t, "7 migration")
+	n := cluster.Nodes
+	a, b := f.pod(n[0], "shop-a", "shop", nil), f.pod(n[1], "shop-b", "shop", nil)
+	f.http(a, 8080, false)
+	f.http(b, 8080, false)
+	plain := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "shop"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "shop"},
+			Ports: []corev1.ServicePort{{Name: "web", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	start := time.Now()
+	if err := f.c().Create(f.ctx, plain); err != nil {
+		t.Fatal(err)
+	}
+	const builtin = "endpointslice-controller.k8s.io"
+	f.waitSlices("the built-in controller publishes", "shop", start, func(s []discoveryv1.EndpointSlice) bool {
+		return len(s) > 0 && s[0].Labels[discoveryv1.LabelManagedBy] == builtin && len(s[0].Endpoints) == 2
+	})
+	req := HTTPGet(n[2].Client.NS, webURL(plain))
+	f.converge("plain Service, built-in slices", start, req, 100, "shop-a", "shop-b")
+
+	loop := StartLoop(f.ctx, req)
+	start = time.Now()
+	f.swh("shop", "shop", func(r *swhv1alpha1.ServiceWithHealthchecks) {
+		r.Annotations = map[string]string{"network.swh.dev/adopt": "true"}
+	}, webPort, httpProbe(intstr.FromInt32(8080)))
+	took := f.waitSlices("adopted: only the agents' slices", "shop", start, func(s []discoveryv1.EndpointSlice) bool {
+		ours := 0
+		for _, sl := range s {
+			if sl.Labels[discoveryv1.LabelManagedBy] == builtin {
+				return false
+			}
+			ours += len(sl.Endpoints)
+		}
+		return ours == 2
+	})
+	// Keep the loop going over the new slices for a while.
+	for loop.Snapshot().Total < 300 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.loopResult("client loop through the adoption", took, loop.Stop(), "shop-a", "shop-b")
+	after := f.service("shop", func(*corev1.Service) bool { return true })
+	if after.Spec.ClusterIP != plain.Spec.ClusterIP || after.Spec.Selector != nil {
+		t.Errorf("after the adoption: cluster IP %s (was %s), selector %v", after.Spec.ClusterIP, plain.Spec.ClusterIP, after.Spec.Selector)
+	}
+	for _, sl := range f.slices("shop") {
+		if sl.Labels[discoveryv1.LabelManagedBy] == builtin {
+			t.Errorf("the built-in controller's slice %s is back", sl.Name)
+		}
+	}
+}
+
+// 8. Agent restarts under a continuous client loop: no failed request.
+func TestAgentRestart(t *testing.T) {
+	f := newFixture(t, "8 agent restarts")
+	n := cluster.Nodes
+	var want []string
+	for i, node := range n {
+		name := fmt.Sprintf("rs-%d", i+1)
+		f.http(f.pod(node, name, "rs", nil), 8080, false)
+		want = append(want, name)
+	}
+	start := time.Now()
+	svc := f.swh("rs", "rs", nil, webPort, httpProbe(intstr.FromInt32(8080)))
+	req := HTTPGet(n[0].Client.NS, webURL(svc))
+	f.converge("all three", start, req, 100, want...)
+
+	loop := StartLoop(f.ctx, req)
+	start = time.Now()
+	for _, node := range n {
+		node.Agent.Stop()
+		if err := node.StartAgent(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Let the new agent probe and sync before the next restart.
+		before := loop.Snapshot().Total
+		for loop.Snapshot().Total < before+100 {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	f.loopResult("client loop through a restart of every agent", time.Since(start), loop.Stop(), want...)
+}
+
+// 9. A node lost: its agent and kube-proxy stop and its Node goes; its
+// slices are cleaned up and the other nodes' clients reach only the
+// remaining pods. Runs last: node-3 stays lost.
+func TestNodeLost(t *testing.T) {
+	f := newFixture(t, "9 node lost")
+	n := cluster.Nodes
+	var want []string
+	for i, node := range n {
+		name := fmt.Sprintf("nl-%d", i+1)
+		f.http(f.pod(node, name, "nl", nil), 8080, false) // nl-3 keeps answering
+		want = append(want, name)
+	}
+	start := time.Now()
+	svc := f.swh("nl", "nl", nil, webPort, httpProbe(intstr.FromInt32(8080)))
+	from1, from2 := HTTPGet(n[0].Client.NS, webURL(svc)), HTTPGet(n[1].Client.NS, webURL(svc))
+	f.converge("all three, from node-1", start, from1, 100, want...)
+
+	lost := n[2]
+	lost.Agent.Stop()
+	lost.Proxy.Stop()
+	start = time.Now()
+	if err := f.c().Delete(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: lost.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	took := f.waitSlices("the lost node's slices cleaned up", "nl", start, func(s []discoveryv1.EndpointSlice) bool {
+		for _, sl := range s {
+			for _, ep := range sl.Endpoints {
+				if ep.NodeName != nil && *ep.NodeName == lost.Name {
+					return false
+				}
+			}
+		}
+		return len(s) > 0
+	})
+	report.Add(Row{Scenario: f.scenario, Step: "node-3's slices deleted", Converge: took})
+	f.converge("node-3 lost: from node-1", start, from1, 100, "nl-1", "nl-2")
+	f.converge("node-3 lost: from node-2", start, from2, 100, "nl-1", "nl-2")
+	// Check the Node is gone for good (nothing recreated it).
+	if err := f.c().Get(f.ctx, types.NamespacedName{Name: lost.Name}, &corev1.Node{}); err == nil {
+		t.Errorf("node %s is back", lost.Name)
+	}
+}
