@@ -11,6 +11,11 @@ BIN := $(ROOT)/bin
 MODULES := api probes endpoints controller agent test
 LIB_MODULES := api probes endpoints
 CONTROLLER_GEN := $(BIN)/controller-gen
+# The Helm chart; deploy/manifests/ holds its rendering for kubectl apply.
+CHART := deploy/charts/swh
+# Image names of `make images`; the chart's defaults.
+IMAGE_REPO ?= ghcr.io/swh-dev
+VERSION ?= $(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' $(CHART)/Chart.yaml)
 
 export GOTOOLCHAIN := local
 
@@ -27,13 +32,15 @@ tools: ## Build kube-apiserver, etcd and controller-gen from source into bin/ (c
 	@hack/build-tools.sh kube-apiserver etcd controller-gen
 
 .PHONY: generate
-generate: ## Regenerate deepcopy code and the CRD.
-	@hack/build-tools.sh controller-gen
+generate: ## Regenerate deepcopy code, the CRD, the RBAC rules, and the chart's copies and plain manifests.
+	@hack/build-tools.sh controller-gen helm
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=api/crd/bases
 	cd test && go run ./cmd/crd-docs -crd ../api/crd/bases -o ../docs/api-reference.md
-	$(CONTROLLER_GEN) rbac:roleName=swh-controller paths=./controller/... output:rbac:artifacts:config=deploy/rbac/controller
-	$(CONTROLLER_GEN) rbac:roleName=swh-agent paths=./agent/... output:rbac:artifacts:config=deploy/rbac/agent
+	$(CONTROLLER_GEN) rbac:roleName=swh-controller paths=./controller/... output:rbac:artifacts:config=$(CHART)/files/rbac/controller
+	$(CONTROLLER_GEN) rbac:roleName=swh-agent paths=./agent/... output:rbac:artifacts:config=$(CHART)/files/rbac/agent
+	@rm -f $(CHART)/crds/*.yaml && cp api/crd/bases/*.yaml $(CHART)/crds/
+	@hack/render-manifests.sh
 
 .PHONY: fmt
 fmt: ## gofmt every Go file.
@@ -41,7 +48,7 @@ fmt: ## gofmt every Go file.
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module.
-	@for m in $(MODULES) hack/tools; do (cd $$m && GOWORK=off go mod tidy); done
+	@for m in $(MODULES) hack/tools hack/helm; do (cd $$m && GOWORK=off go mod tidy); done
 
 .PHONY: verify
 verify: ## Fail on stale generated code, gofmt, vet, tidy, version skew, import rules, library builds.
@@ -52,6 +59,12 @@ build: ## Build the binaries into bin/.
 	@mkdir -p $(BIN)
 	@for m in controller agent; do \
 	  if [ -d $$m/cmd ]; then (cd $$m && go build -o $(BIN)/ ./cmd/...); fi; \
+	done
+
+.PHONY: images
+images: ## Print the docker build commands of both images (no Docker engine runs here; make verify checks the static build).
+	@for c in controller agent; do \
+	  echo "docker build --build-arg COMPONENT=$$c -t $(IMAGE_REPO)/swh-$$c:$(VERSION) ."; \
 	done
 
 ##@ Running

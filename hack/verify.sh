@@ -6,6 +6,8 @@ cd "$root"
 export GOTOOLCHAIN=local
 
 modules=(api probes endpoints controller agent test test/peers hack/tools)
+# hack/helm pins the Helm CLI outside go.work: tidied and nothing else.
+tool_modules=(hack/helm)
 libraries=(api probes endpoints)
 failed=()
 check() { # check NAME COMMAND...: run, remember the failure, go on
@@ -14,7 +16,10 @@ check() { # check NAME COMMAND...: run, remember the failure, go on
   if ! "$@"; then failed+=("$name"); fi
 }
 
-generated() { sha256sum api/v1alpha1/zz_generated.deepcopy.go api/crd/bases/*.yaml docs/api-reference.md deploy/rbac/*/*.yaml 2>/dev/null; }
+generated() {
+  sha256sum api/v1alpha1/zz_generated.deepcopy.go api/crd/bases/*.yaml docs/api-reference.md \
+    deploy/charts/swh/crds/*.yaml deploy/charts/swh/files/rbac/*/*.yaml deploy/manifests/*.yaml 2>/dev/null
+}
 stale_generated() {
   local before after
   before=$(generated)
@@ -37,9 +42,29 @@ vet_all() {
 }
 tidy_all() {
   local m ok=0
-  for m in "${modules[@]}"; do
+  for m in "${modules[@]}" "${tool_modules[@]}"; do
     (cd "$m" && GOWORK=off go mod tidy -diff) || { echo "$m: go.mod/go.sum not tidy (run make tidy)"; ok=1; }
   done
+  return $ok
+}
+helm_chart() {
+  # Lint with the defaults and with every optional part on; render those too.
+  hack/build-tools.sh helm >/dev/null &&
+    bin/helm lint --strict deploy/charts/swh &&
+    bin/helm lint --strict deploy/charts/swh --set serviceMonitor.enabled=true,agent.hostNetwork=true,createNamespace=true &&
+    bin/helm template swh deploy/charts/swh --namespace swh-system \
+      --set serviceMonitor.enabled=true,agent.hostNetwork=true,createNamespace=true,controller.replicas=1 >/dev/null
+}
+static_binaries() {
+  # The images' build (Dockerfile runs hack/build-release.sh): static, no cgo.
+  local out c ok=0
+  out=$(mktemp -d)
+  hack/build-release.sh "$out" controller agent || { rm -rf "$out"; return 1; }
+  for c in controller agent; do
+    file "$out/swh-$c" | grep -q 'statically linked' || { echo "swh-$c is not statically linked"; ok=1; }
+    go version -m "$out/swh-$c" | grep -q 'CGO_ENABLED=0' || { echo "swh-$c was built with cgo"; ok=1; }
+  done
+  rm -rf "$out"
   return $ok
 }
 libraries_standalone() {
@@ -58,6 +83,8 @@ check "go mod tidy" tidy_all
 check "module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/modcheck '$root'"
 check "library modules build and test alone" libraries_standalone
 check "docs name what the code has (metrics, flags, reasons, examples, links, snippets)" bash -c "cd test && go test -count=1 ./docs/"
+check "helm chart lints and renders" helm_chart
+check "release binaries are static" static_binaries
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'verify failed: %s\n' "${failed[@]}"

@@ -1,0 +1,203 @@
+// Package deploy_test checks the deployment in deploy/ against a real
+// kube-apiserver: the plain manifests rendered from the Helm chart are
+// accepted (server-side dry-run, Pod Security "restricted" included), the
+// ServiceAccounts can do what their binaries need and nothing more
+// (SubjectAccessReviews against the installed RBAC), and the binaries run
+// under their ServiceAccounts (impersonated) without a single 403.
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/swh-dev/swh/test/harness"
+)
+
+const (
+	// namespace is where the plain manifests install swh.
+	namespace = "swh-system"
+	// controllerSA and agentSA are the binaries' ServiceAccounts there.
+	controllerSA = "swh-controller"
+	agentSA      = "swh-agent"
+	// fieldOwner applies the manifests, as kubectl apply --server-side would.
+	fieldOwner = "swh-deploy-test"
+)
+
+var controlPlane *harness.ControlPlane
+
+func TestMain(m *testing.M) {
+	os.Exit(harness.RunSuite(m, harness.SuiteOptions{
+		Name: "deploy",
+		Setup: func(_ context.Context, cp *harness.ControlPlane) (func(), error) {
+			controlPlane = cp
+			return nil, nil
+		},
+	}))
+}
+
+// manifests returns the objects of deploy/manifests/swh.yaml, in order.
+func manifests(t testing.TB) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := readManifests(filepath.Join(root, "deploy", "manifests", "swh.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func readManifests(path string) ([]*unstructured.Unstructured, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening the manifests (run make generate): %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return nil, fmt.Errorf("decoding %s: %w", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue // an empty document
+		}
+		objs = append(objs, u)
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("%s holds no object", path)
+	}
+	return objs, nil
+}
+
+// ofKind returns the objects of the given kinds.
+func ofKind(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		for _, k := range kinds {
+			if o.GetKind() == k {
+				out = append(out, o)
+			}
+		}
+	}
+	return out
+}
+
+// find returns the object of kind and name, or fails the test.
+func find(t testing.TB, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	t.Fatalf("the manifests hold no %s %s", kind, name)
+	return nil
+}
+
+// apply applies objs with server-side apply, for real or as a dry run.
+func apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructured, dryRun bool) error {
+	var errs []error
+	for _, o := range objs {
+		opts := []client.ApplyOption{client.FieldOwner(fieldOwner), client.ForceOwnership}
+		if dryRun {
+			opts = append(opts, client.DryRunAll)
+		}
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o.DeepCopy()), opts...); err != nil {
+			errs = append(errs, fmt.Errorf("%s %s: %w", o.GetKind(), o.GetName(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// installRBAC installs the manifests' Namespace, ServiceAccounts and RBAC
+// for real (idempotent: tests share the control plane).
+func installRBAC(t testing.TB) []*unstructured.Unstructured {
+	t.Helper()
+	objs := manifests(t)
+	rbac := ofKind(objs, "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := apply(ctx, controlPlane.Client, rbac, false); err != nil {
+		t.Fatalf("installing the RBAC: %v", err)
+	}
+	return objs
+}
+
+// serviceAccountUser is the user name and groups a ServiceAccount's token
+// authenticates as.
+func serviceAccountUser(sa string) (string, []string) {
+	return fmt.Sprintf("system:serviceaccount:%s:%s", namespace, sa),
+		[]string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+}
+
+// forbiddenLog records the requests the API server refused with 403.
+type forbiddenLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (l *forbiddenLog) requests() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.seen...)
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// impersonating returns the administrator's configuration acting as the
+// ServiceAccount sa, as the binary's in-cluster token would, and a log of
+// the requests the API server forbade.
+func impersonating(sa string) (*rest.Config, *forbiddenLog) {
+	cfg := rest.CopyConfig(controlPlane.Config)
+	user, groups := serviceAccountUser(sa)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	log := &forbiddenLog{}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil && resp.StatusCode == http.StatusForbidden {
+				log.mu.Lock()
+				log.seen = append(log.seen, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+				log.mu.Unlock()
+			}
+			return resp, err
+		})
+	})
+	return cfg, log
+}
+
+// eventually polls check until it returns nil or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = check(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not true after %v: %v", what, timeout, err)
+}

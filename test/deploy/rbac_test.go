@@ -1,0 +1,289 @@
+package deploy_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// access is one request a ServiceAccount may or may not make. Namespace ""
+// asks for every namespace (a cluster-wide list or watch, or a
+// cluster-scoped resource); appNS stands for any user's namespace.
+type access struct {
+	verb, group, resource, subresource, namespace, name string
+}
+
+const appNS = "shop"
+
+func (a access) String() string {
+	r := a.resource
+	if a.group != "" {
+		r += "." + a.group
+	}
+	if a.subresource != "" {
+		r += "/" + a.subresource
+	}
+	where := "cluster-wide"
+	if a.namespace != "" {
+		where = "in " + a.namespace
+	}
+	return fmt.Sprintf("%s %s %s", a.verb, r, where)
+}
+
+const (
+	swhGroup = "network.swh.dev"
+	swhRes   = "servicewithhealthchecks"
+)
+
+// needs lists, per ServiceAccount, every request its binary makes (from
+// its code: caches, direct reads, writes, events, leader election). Each
+// must be allowed, and every rule of its roles must be on this list.
+var needs = map[string][]access{
+	controllerSA: {
+		// The resources it reconciles (cache), and their status.
+		{verb: "list", group: swhGroup, resource: swhRes},
+		{verb: "watch", group: swhGroup, resource: swhRes},
+		{verb: "get", group: swhGroup, resource: swhRes, namespace: appNS},
+		{verb: "get", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
+		{verb: "update", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
+		{verb: "patch", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
+		// The child Services: cached, applied, their selector removed on adoption.
+		{verb: "list", resource: "services"},
+		{verb: "watch", resource: "services"},
+		{verb: "get", resource: "services", namespace: appNS},
+		{verb: "create", resource: "services", namespace: appNS},
+		{verb: "update", resource: "services", namespace: appNS},
+		{verb: "patch", resource: "services", namespace: appNS},
+		// The agents' slices (cache), built-in slices listed and deleted on adoption.
+		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"},
+		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices"},
+		{verb: "get", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		{verb: "delete", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		// Node metadata, to find slices of nodes that are gone.
+		{verb: "list", resource: "nodes"},
+		{verb: "watch", resource: "nodes"},
+		{verb: "get", resource: "nodes", name: "node-a"},
+		// Whether an adopted Service still selects pods.
+		{verb: "list", resource: "pods", namespace: appNS},
+		// The built-in controller's Endpoints, deleted on adoption.
+		{verb: "get", resource: "endpoints", namespace: appNS},
+		{verb: "delete", resource: "endpoints", namespace: appNS},
+		// Events about the resources.
+		{verb: "create", group: "events.k8s.io", resource: "events", namespace: appNS},
+		{verb: "patch", group: "events.k8s.io", resource: "events", namespace: appNS},
+		// Leader election, in its own namespace only: the Lease and the
+		// core/v1 events client-go's leader election records.
+		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
+		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: namespace},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
+		{verb: "create", resource: "events", namespace: namespace},
+		{verb: "patch", resource: "events", namespace: namespace},
+	},
+	agentSA: {
+		{verb: "list", group: swhGroup, resource: swhRes},
+		{verb: "watch", group: swhGroup, resource: swhRes},
+		{verb: "get", group: swhGroup, resource: swhRes, namespace: appNS},
+		// Child Services (cache).
+		{verb: "list", resource: "services"},
+		{verb: "watch", resource: "services"},
+		{verb: "get", resource: "services", namespace: appNS},
+		// The pods of its node (cache with a field selector).
+		{verb: "list", resource: "pods"},
+		{verb: "watch", resource: "pods"},
+		{verb: "get", resource: "pods", namespace: appNS},
+		// Its Node (cache with a field selector).
+		{verb: "list", resource: "nodes"},
+		{verb: "watch", resource: "nodes"},
+		{verb: "get", resource: "nodes", name: "node-a"},
+		// PostgreSQL credentials, read by name when a probe needs them.
+		{verb: "get", resource: "secrets", namespace: appNS, name: "db-credentials"},
+		// Its slices: cached, written.
+		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"},
+		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices"},
+		{verb: "get", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		{verb: "create", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		{verb: "update", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		{verb: "delete", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		// Events about the resources.
+		{verb: "create", group: "events.k8s.io", resource: "events", namespace: appNS},
+		{verb: "patch", group: "events.k8s.io", resource: "events", namespace: appNS},
+	},
+}
+
+// mustNot lists requests each ServiceAccount must be refused: what an
+// attacker holding its token would want, and what belongs to the other
+// binary or to the users.
+var mustNot = map[string][]access{
+	controllerSA: {
+		{verb: "get", resource: "secrets", namespace: appNS, name: "db-credentials"},
+		{verb: "list", resource: "secrets", namespace: appNS},
+		{verb: "list", resource: "secrets"},
+		{verb: "watch", resource: "secrets"},
+		{verb: "get", resource: "secrets", namespace: namespace},
+		{verb: "get", resource: "configmaps", namespace: appNS},
+		{verb: "get", resource: "pods", namespace: appNS},
+		{verb: "watch", resource: "pods"},
+		{verb: "update", resource: "pods", namespace: appNS},
+		{verb: "delete", resource: "pods", namespace: appNS},
+		{verb: "create", resource: "pods", subresource: "exec", namespace: appNS},
+		{verb: "update", resource: "nodes", name: "node-a"},
+		{verb: "patch", resource: "nodes", name: "node-a"},
+		{verb: "delete", resource: "nodes", name: "node-a"},
+		{verb: "delete", resource: "services", namespace: appNS},
+		{verb: "deletecollection", resource: "services", namespace: appNS},
+		{verb: "create", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		{verb: "update", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		{verb: "create", resource: "endpoints", namespace: appNS},
+		{verb: "update", resource: "endpoints", namespace: appNS},
+		{verb: "create", group: swhGroup, resource: swhRes, namespace: appNS},
+		{verb: "update", group: swhGroup, resource: swhRes, namespace: appNS},
+		{verb: "delete", group: swhGroup, resource: swhRes, namespace: appNS},
+		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-controller-manager"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-controller-manager"},
+		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: appNS},
+		{verb: "create", resource: "events", namespace: appNS},
+		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace, name: controllerSA},
+		{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterrolebindings"},
+		{verb: "escalate", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "swh-controller"},
+		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "cluster-admin"},
+		{verb: "impersonate", resource: "users", name: "admin"},
+		{verb: "update", group: "apiextensions.k8s.io", resource: "customresourcedefinitions", name: "servicewithhealthchecks.network.swh.dev"},
+	},
+	agentSA: {
+		{verb: "list", resource: "secrets", namespace: appNS},
+		{verb: "list", resource: "secrets"},
+		{verb: "watch", resource: "secrets"},
+		{verb: "watch", resource: "secrets", namespace: appNS},
+		{verb: "create", resource: "secrets", namespace: appNS},
+		{verb: "update", resource: "secrets", namespace: appNS, name: "db-credentials"},
+		{verb: "get", resource: "configmaps", namespace: appNS},
+		{verb: "create", resource: "services", namespace: appNS},
+		{verb: "update", resource: "services", namespace: appNS},
+		{verb: "patch", resource: "services", namespace: appNS},
+		{verb: "delete", resource: "services", namespace: appNS},
+		{verb: "update", group: swhGroup, resource: swhRes, namespace: appNS},
+		{verb: "patch", group: swhGroup, resource: swhRes, namespace: appNS},
+		{verb: "delete", group: swhGroup, resource: swhRes, namespace: appNS},
+		{verb: "update", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
+		{verb: "patch", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
+		{verb: "update", resource: "pods", namespace: appNS},
+		{verb: "delete", resource: "pods", namespace: appNS},
+		{verb: "update", resource: "pods", subresource: "status", namespace: appNS},
+		{verb: "create", resource: "pods", subresource: "exec", namespace: appNS},
+		{verb: "create", resource: "pods", subresource: "eviction", namespace: appNS},
+		{verb: "update", resource: "nodes", name: "node-a"},
+		{verb: "patch", resource: "nodes", subresource: "status", name: "node-a"},
+		{verb: "create", resource: "endpoints", namespace: appNS},
+		{verb: "deletecollection", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
+		{verb: "create", resource: "events", namespace: appNS},
+		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace, name: agentSA},
+		{verb: "create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: namespace},
+		{verb: "impersonate", resource: "serviceaccounts", namespace: namespace, name: controllerSA},
+	},
+}
+
+// TestServiceAccountAccess installs the manifests' RBAC and asks the API
+// server, through SubjectAccessReviews, whether each ServiceAccount may make
+// each request of the tables above.
+func TestServiceAccountAccess(t *testing.T) {
+	installRBAC(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, sa := range []string{controllerSA, agentSA} {
+		user, groups := serviceAccountUser(sa)
+		check := func(t *testing.T, a access, want bool) {
+			t.Helper()
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, Groups: groups,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource,
+					Namespace: a.namespace, Name: a.name,
+				},
+			}}
+			if err := controlPlane.Client.Create(ctx, review); err != nil {
+				t.Fatalf("asking whether %s may %s: %v", sa, a, err)
+			}
+			if review.Status.Allowed != want {
+				verdict := "refused"
+				if review.Status.Allowed {
+					verdict = "allowed"
+				}
+				t.Errorf("%s is %s to %s (%s)", sa, verdict, a, review.Status.Reason)
+			}
+		}
+		t.Run(sa+"/allowed", func(t *testing.T) {
+			for _, a := range needs[sa] {
+				check(t, a, true)
+			}
+		})
+		t.Run(sa+"/refused", func(t *testing.T) {
+			for _, a := range mustNot[sa] {
+				check(t, a, false)
+			}
+		})
+	}
+}
+
+// TestRolesGrantOnlyWhatIsNeeded fails when a rule of a ServiceAccount's
+// roles grants a verb on a resource that no entry of its needs table uses:
+// a new RBAC marker must come with the request that justifies it.
+func TestRolesGrantOnlyWhatIsNeeded(t *testing.T) {
+	objs := manifests(t)
+	for _, sa := range []string{controllerSA, agentSA} {
+		used := map[string]bool{}
+		for _, a := range needs[sa] {
+			res := a.resource
+			if a.subresource != "" {
+				res += "/" + a.subresource
+			}
+			used[a.verb+" "+res+"."+a.group] = true
+		}
+		granted := 0
+		for _, binding := range ofKind(objs, "ClusterRoleBinding", "RoleBinding") {
+			rb := &rbacv1.RoleBinding{} // a ClusterRoleBinding decodes the same
+			fromUnstructured(t, binding.Object, rb)
+			if !bindsServiceAccount(rb, sa) {
+				continue
+			}
+			role := find(t, objs, rb.RoleRef.Kind, rb.RoleRef.Name)
+			rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+			for _, raw := range rules {
+				rule := rbacv1.PolicyRule{}
+				fromUnstructured(t, raw.(map[string]any), &rule)
+				if len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
+					t.Errorf("%s %s: unexpected rule %v", rb.RoleRef.Kind, rb.RoleRef.Name, rule)
+				}
+				for _, g := range rule.APIGroups {
+					for _, r := range rule.Resources {
+						for _, v := range rule.Verbs {
+							granted++
+							if !used[v+" "+r+"."+g] {
+								t.Errorf("%s grants %s %s.%s to %s, which its binary does not use (or the needs table lacks it)",
+									rb.RoleRef.Name, v, r, g, sa)
+							}
+						}
+					}
+				}
+			}
+		}
+		if granted == 0 {
+			t.Errorf("no role is bound to %s", sa)
+		}
+	}
+}
+
+func bindsServiceAccount(rb *rbacv1.RoleBinding, sa string) bool {
+	for _, s := range rb.Subjects {
+		if s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == namespace {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,244 @@
+package deploy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentapp "github.com/swh-dev/swh/agent/app"
+	"github.com/swh-dev/swh/agent/publisher"
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	controllerapp "github.com/swh-dev/swh/controller/app"
+	"github.com/swh-dev/swh/controller/reconciler"
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// startController runs swh-controller with cfg as the binary does in the
+// cluster (leader election in swh-system) until the test ends.
+func startController(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	mgr, err := controllerapp.NewManager(cfg, controllerapp.Options{
+		MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry(), SkipNameValidation: true,
+		LeaderElection: true, LeaderElectionNamespace: namespace,
+		LeaseDuration: 4 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatalf("creating the controller: %v", err)
+	}
+	run(t, "controller", mgr.Start)
+}
+
+// run runs start until the test ends, and fails the test if it ends early
+// with an error.
+func run(t *testing.T, what string, start func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the %s stopped: %v", what, err)
+		}
+	})
+}
+
+// noForbidden fails the test if the API server refused any request.
+func noForbidden(t *testing.T, sa string, log *forbiddenLog) {
+	t.Helper()
+	if seen := log.requests(); len(seen) > 0 {
+		t.Errorf("the API server refused %d requests of %s:\n%s", len(seen), sa, strings.Join(seen, "\n"))
+	}
+}
+
+// TestControllerAsServiceAccount runs the controller as its ServiceAccount
+// with leader election on, through a new child Service and an adoption
+// (selector removed, the built-in slices and Endpoints deleted), and fails on
+// any 403.
+func TestControllerAsServiceAccount(t *testing.T) {
+	installRBAC(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := controlPlane.Client
+	ns := controlPlane.CleanNamespace(t)
+
+	// A Service to adopt, as the built-in controllers left it.
+	old := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "adopted"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "adopted"},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}
+	builtin := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "adopted-abcde", Labels: map[string]string{
+			discoveryv1.LabelServiceName: "adopted", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io",
+		}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+	}
+	eps := &corev1.Endpoints{ //nolint:staticcheck // what the built-in Endpoints controller leaves
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "adopted", Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
+	}
+	for _, o := range []client.Object{old, builtin, eps} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cfg, forbidden := impersonating(controllerSA)
+	startController(t, cfg)
+
+	fresh := resource(ns, "fresh")
+	adopted := resource(ns, "adopted")
+	adopted.Annotations = map[string]string{reconciler.AdoptAnnotation: "true"}
+	for _, o := range []client.Object{fresh, adopted} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"fresh", "adopted"} {
+		eventually(t, time.Minute, name+" synced", func() error {
+			swh := &swhv1alpha1.ServiceWithHealthchecks{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swh); err != nil {
+				return err
+			}
+			cond := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
+			if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != reconciler.ReasonServiceSynced {
+				return fmt.Errorf("condition %v", cond)
+			}
+			svc := &corev1.Service{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, svc); err != nil {
+				return err
+			}
+			if len(svc.Spec.Selector) > 0 {
+				return fmt.Errorf("the Service still has the selector %v", svc.Spec.Selector)
+			}
+			return nil
+		})
+	}
+	for _, o := range []client.Object{builtin, eps} {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s not deleted by the adoption (%v)", o, o.GetName(), err)
+		}
+	}
+
+	eventually(t, 30*time.Second, "the controller holds the Lease and recorded it", func() error {
+		lease := &coordinationv1.Lease{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "swh-controller"}, lease); err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return errors.New("no holder")
+		}
+		events := &corev1.EventList{}
+		if err := c.List(ctx, events, client.InNamespace(namespace)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.Reason == "LeaderElection" && e.InvolvedObject.Kind == "Lease" {
+				return nil
+			}
+		}
+		return errors.New("no LeaderElection event in " + namespace)
+	})
+	noForbidden(t, controllerSA, forbidden)
+}
+
+// TestAgentAsServiceAccount runs the agent (and the controller) as their
+// ServiceAccounts: the agent probes a real server on a pod address and
+// publishes the pod in an EndpointSlice, with no 403.
+func TestAgentAsServiceAccount(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	installRBAC(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := controlPlane.Client
+	ns := controlPlane.CleanNamespace(t)
+	const node, ip = "deploy-node", "10.244.201.1"
+
+	if _, err := harness.CreateNode(ctx, c, harness.NodeOptions{Name: node}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
+	srv, err := harness.StartTCPServer(ip + ":8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop() })
+	if _, err := harness.CreatePod(ctx, c, harness.PodOptions{Namespace: ns, Name: "web-0", Node: node,
+		Labels: map[string]string{"app": "web"}, IPs: []string{ip},
+		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	ctrlCfg, ctrlForbidden := impersonating(controllerSA)
+	startController(t, ctrlCfg)
+	agentCfg, agentForbidden := impersonating(agentSA)
+	mgr, err := agentapp.NewManager(agentCfg, agentapp.Options{
+		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry(),
+		Publisher: publisher.Options{SkipNameValidation: true},
+	})
+	if err != nil {
+		t.Fatalf("creating the agent: %v", err)
+	}
+	run(t, "agent", mgr.Start)
+
+	if err := c.Create(ctx, resource(ns, "web")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "the agent publishes web-0 as ready", func() error {
+		list := &discoveryv1.EndpointSliceList{}
+		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "web"}); err != nil {
+			return err
+		}
+		for _, s := range list.Items {
+			for _, ep := range s.Endpoints {
+				if ep.TargetRef != nil && ep.TargetRef.Name == "web-0" && ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("slices: %d, none with web-0 ready", len(list.Items))
+	})
+	eventually(t, 30*time.Second, "the agent records an event", func() error {
+		list := &corev1.EventList{}
+		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.ReportingController == "swh-agent" || e.Source.Component == "swh-agent" {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d events, none from swh-agent", len(list.Items))
+	})
+	noForbidden(t, agentSA, agentForbidden)
+	noForbidden(t, controllerSA, ctrlForbidden)
+}
+
+// resource returns a resource selecting app=name with one TCP-probed port.
+func resource(ns, name string) *swhv1alpha1.ServiceWithHealthchecks {
+	return &swhv1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{
+			Ports:    []swhv1alpha1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080)}},
+			Selector: map[string]string{"app": name},
+			Healthcheck: &swhv1alpha1.Healthcheck{PeriodSeconds: 1, Probes: []swhv1alpha1.Probe{{
+				Mode: swhv1alpha1.ProbeModeTCP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
+				TCP: &swhv1alpha1.TCPProbe{TargetPort: intstr.FromInt32(8080)},
+			}}},
+		},
+	}
+}
