@@ -185,7 +185,9 @@ type HTTPProbe struct {
 	ExpectedStatusCodes []string `json:"expectedStatusCodes,omitempty"`
 }
 
-// HTTPHeader is one request header.
+// HTTPHeader is one request header. The prober owns the framing headers: it
+// opens one connection per probe and sends no body.
+// +kubebuilder:validation:XValidation:rule="!(self.name.lowerAscii() in ['connection', 'content-length', 'transfer-encoding'])",message="Connection, Content-Length and Transfer-Encoding are set by the prober",fieldPath=.name
 type HTTPHeader struct {
 	// Name is the header field name (an RFC 9110 token).
 	// +required

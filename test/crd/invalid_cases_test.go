@@ -59,6 +59,7 @@ var invalidCases = []invalidCase{
 	{name: "http method POST", spec: httpProbe + "      method: POST\n", field: "spec.healthcheck.probes[0].http.method"},
 	{name: "http scheme FTP", spec: httpProbe + "      scheme: FTP\n", field: "spec.healthcheck.probes[0].http.scheme"},
 	{name: "invalid header name", spec: httpProbe + "      httpHeaders: [{name: \"Bad Header\", value: x}]\n", field: "spec.healthcheck.probes[0].http.httpHeaders[0].name"},
+	{name: "framing header", spec: httpProbe + "      httpHeaders: [{name: transfer-Encoding, value: chunked}]\n", field: "spec.healthcheck.probes[0].http.httpHeaders[0].name"},
 	{name: "header value with a newline", spec: httpProbe + "      httpHeaders: [{name: X-A, value: \"a\\r\\nInjected: yes\"}]\n", field: "spec.healthcheck.probes[0].http.httpHeaders[0].value"},
 	{name: "host twice", spec: httpProbe + "      host: a.example.com\n      httpHeaders: [{name: Host, value: b.example.com}]\n", field: "spec.healthcheck.probes[0].http.httpHeaders"},
 	{name: "host with a path", spec: httpProbe + "      host: a.example.com/x\n", field: "spec.healthcheck.probes[0].http.host"},
