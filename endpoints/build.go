@@ -38,6 +38,11 @@ type Service struct {
 	// ProxyName is the Service's service.kubernetes.io/service-proxy-name
 	// label, copied to the slices when not empty.
 	ProxyName string
+	// TrafficDistribution is the Service's spec.trafficDistribution. As
+	// with the built-in controller, PreferClose and PreferSameZone give
+	// every ready endpoint a hint for its own zone, and PreferSameNode a
+	// hint for its own node too; kube-proxy routes by those hints.
+	TrafficDistribution string
 }
 
 // ServiceFrom takes the fields Build needs from a Service object. Only
@@ -52,7 +57,15 @@ func ServiceFrom(svc *corev1.Service) Service {
 		PublishNotReadyAddresses: svc.Spec.PublishNotReadyAddresses,
 		IPFamilies:               svc.Spec.IPFamilies,
 		ProxyName:                svc.Labels[LabelServiceProxyName],
+		TrafficDistribution:      ptrOr(svc.Spec.TrafficDistribution, ""),
 	}
+}
+
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 // Node is the node whose pods a set of slices publishes.
@@ -270,6 +283,7 @@ func endpoint(svc *Service, node *Node, pod *corev1.Pod, a netip.Addr, ready, se
 	if node.Zone != "" {
 		ep.Zone = new(node.Zone)
 	}
+	ep.Hints = hints(svc.TrafficDistribution, node, ready)
 	// As the built-in controller: a pod that names this Service as its
 	// subdomain gets a DNS record under its hostname.
 	if pod.Spec.Hostname != "" && pod.Spec.Subdomain == svc.Name {
@@ -369,4 +383,26 @@ func compareEntries(a, b entry) int {
 	return cmp.Or(a.addr.Compare(b.addr),
 		cmp.Compare(a.ep.TargetRef.Name, b.ep.TargetRef.Name),
 		cmp.Compare(a.ep.TargetRef.UID, b.ep.TargetRef.UID))
+}
+
+// hints follows k8s.io/endpointslice/trafficdist: only ready endpoints get
+// hints, for their own zone, and for their own node with PreferSameNode.
+func hints(trafficDistribution string, node *Node, ready bool) *discoveryv1.EndpointHints {
+	if !ready {
+		return nil
+	}
+	var h discoveryv1.EndpointHints
+	switch trafficDistribution {
+	case corev1.ServiceTrafficDistributionPreferSameNode:
+		h.ForNodes = []discoveryv1.ForNode{{Name: node.Name}}
+		fallthrough
+	case corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameZone:
+		if node.Zone != "" {
+			h.ForZones = []discoveryv1.ForZone{{Name: node.Zone}}
+		}
+	}
+	if h.ForZones == nil && h.ForNodes == nil {
+		return nil
+	}
+	return &h
 }

@@ -522,3 +522,53 @@ func TestBuildNamesUnique(t *testing.T) {
 		t.Errorf("names %v", first)
 	}
 }
+
+// TestBuildHints: spec.trafficDistribution takes effect only through hints,
+// which Build sets as k8s.io/endpointslice/trafficdist does.
+func TestBuildHints(t *testing.T) {
+	zoneless := Node{Name: "node2"}
+	cases := []struct {
+		name         string
+		distribution string
+		node         Node
+		passing      bool
+		want         string
+	}{
+		{"no distribution", "", node1, true, "<nil>"},
+		{"PreferClose", corev1.ServiceTrafficDistributionPreferClose, node1, true, "zones=[zone-a] nodes=[]"},
+		{"PreferSameZone", corev1.ServiceTrafficDistributionPreferSameZone, node1, true, "zones=[zone-a] nodes=[]"},
+		{"PreferSameNode", corev1.ServiceTrafficDistributionPreferSameNode, node1, true, "zones=[zone-a] nodes=[node1]"},
+		{"PreferSameNode without a zone", corev1.ServiceTrafficDistributionPreferSameNode, zoneless, true, "zones=[] nodes=[node2]"},
+		{"PreferSameZone without a zone", corev1.ServiceTrafficDistributionPreferSameZone, zoneless, true, "<nil>"},
+		{"not ready gets none", corev1.ServiceTrafficDistributionPreferSameNode, node1, false, "<nil>"},
+		{"unknown value", "Elsewhere", node1, true, "<nil>"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			svc := testService(svcPort("http", 80, num(8080)))
+			svc.TrafficDistribution = c.distribution
+			pod := testPod("a", []string{"10.0.0.1"}, func(p *corev1.Pod) { p.Spec.NodeName = c.node.Name })
+			v := pass(8080)
+			v.Passing = c.passing
+			got, err := Build(svc, c.node, []PodVerdicts{{pod, verdicts(v)}}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := got[0].Endpoints[0].Hints
+			s := "<nil>"
+			if h != nil {
+				var zones, nodes []string
+				for _, z := range h.ForZones {
+					zones = append(zones, z.Name)
+				}
+				for _, n := range h.ForNodes {
+					nodes = append(nodes, n.Name)
+				}
+				s = fmt.Sprintf("zones=%v nodes=%v", zones, nodes)
+			}
+			if s != c.want {
+				t.Errorf("hints %s, want %s", s, c.want)
+			}
+		})
+	}
+}

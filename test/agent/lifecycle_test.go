@@ -19,7 +19,8 @@ import (
 )
 
 // TestEndpointsCarryNodeAndZone: Local traffic policies and the
-// healthCheckNodePort count endpoints by nodeName.
+// healthCheckNodePort count endpoints by nodeName; trafficDistribution
+// works through the hints.
 func TestEndpointsCarryNodeAndZone(t *testing.T) {
 	startAgent(t, nodeA)
 	startAgent(t, nodeB)
@@ -27,6 +28,8 @@ func TestEndpointsCarryNodeAndZone(t *testing.T) {
 	startBackend(t, ns, "loc", "loc-a", nodeA, "10.244.24.1")
 	startBackend(t, ns, "loc", "loc-b", nodeB, "10.244.24.2")
 	swh := resource(ns, "loc", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(8080)))
+	distribution := corev1.ServiceTrafficDistributionPreferSameNode
+	swh.Spec.TrafficDistribution = &distribution
 	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +45,10 @@ func TestEndpointsCarryNodeAndZone(t *testing.T) {
 			want := "node-" + node
 			if ep.NodeName == nil || *ep.NodeName != want || ep.Zone == nil || *ep.Zone != zones[want] {
 				t.Errorf("%s: endpoint %s has nodeName %v zone %v, want %s %s", s.Name, ep.TargetRef.Name, ep.NodeName, ep.Zone, want, zones[want])
+			}
+			if h := ep.Hints; h == nil || len(h.ForZones) != 1 || h.ForZones[0].Name != zones[want] ||
+				len(h.ForNodes) != 1 || h.ForNodes[0].Name != want {
+				t.Errorf("%s: endpoint %s has hints %+v, want zone %s and node %s (PreferSameNode)", s.Name, ep.TargetRef.Name, h, zones[want], want)
 			}
 		}
 		if s.Labels[discoveryv1.LabelServiceName] != "loc" || s.Labels[discoveryv1.LabelManagedBy] != "agent.network.swh.dev" {
