@@ -18,7 +18,6 @@ const (
 	ReasonServiceSynced         = "Synced"
 	ReasonServiceConflict       = "ServiceNotOwned"
 	ReasonServiceRejected       = "ServiceRejected"
-	ReasonServiceError          = "ServiceError"
 	ReasonAdopting              = "Adopting"
 	ReasonEndpointsReady        = "EndpointsReady"
 	ReasonSomeEndpointsNotReady = "SomeEndpointsNotReady"
