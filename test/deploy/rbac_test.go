@@ -49,15 +49,13 @@ var needs = map[string][]access{
 		{verb: "list", group: swhGroup, resource: swhRes},
 		{verb: "watch", group: swhGroup, resource: swhRes},
 		{verb: "get", group: swhGroup, resource: swhRes, namespace: appNS},
-		{verb: "get", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
 		{verb: "update", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
-		{verb: "patch", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
-		// The child Services: cached, applied, their selector removed on adoption.
+		// The child Services: cached, server-side applied (create and
+		// patch), their selector removed on adoption (merge patch).
 		{verb: "list", resource: "services"},
 		{verb: "watch", resource: "services"},
 		{verb: "get", resource: "services", namespace: appNS},
 		{verb: "create", resource: "services", namespace: appNS},
-		{verb: "update", resource: "services", namespace: appNS},
 		{verb: "patch", resource: "services", namespace: appNS},
 		// The agents' slices (cache), built-in slices listed and deleted on adoption.
 		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"},
@@ -134,8 +132,10 @@ var mustNot = map[string][]access{
 		{verb: "update", resource: "nodes", name: "node-a"},
 		{verb: "patch", resource: "nodes", name: "node-a"},
 		{verb: "delete", resource: "nodes", name: "node-a"},
+		{verb: "update", resource: "services", namespace: appNS},
 		{verb: "delete", resource: "services", namespace: appNS},
 		{verb: "deletecollection", resource: "services", namespace: appNS},
+		{verb: "patch", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
 		{verb: "create", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
 		{verb: "update", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
 		{verb: "create", resource: "endpoints", namespace: appNS},
