@@ -36,6 +36,9 @@ func runHost(opts options) (err error) {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer cancel()
 	ctrl.SetLogger(zap.New(zap.WriteTo(io.Discard)))
+	// Output piped into a program that quits early must not kill this
+	// process before it has stopped the sandbox and cleaned up.
+	signal.Ignore(syscall.SIGPIPE)
 	root, err := harness.RepoRoot()
 	if err != nil {
 		return fmt.Errorf("run the sandbox from the repository (make run): %w", err)

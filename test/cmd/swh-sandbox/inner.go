@@ -44,6 +44,9 @@ func runInner(opts options) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	// If the host side is gone, writing progress must not kill this process
+	// before it has cleaned up.
+	signal.Ignore(syscall.SIGPIPE)
 	if err := os.MkdirAll(opts.logDir(), 0o755); err != nil {
 		return fmt.Errorf("creating the log folder: %w", err)
 	}
@@ -70,6 +73,7 @@ func runInner(opts options) error {
 	// for this run) and the kubeconfig go.
 	defer func() {
 		_ = os.Remove(opts.kubeconfig())
+		_ = os.Remove(opts.socket())
 		if tmp := os.Getenv("TMPDIR"); strings.HasPrefix(filepath.Base(tmp), tmpPrefix) {
 			_ = os.RemoveAll(tmp)
 		}

@@ -186,8 +186,12 @@ func (s *sandbox) start(ctx context.Context) error {
 		case err == nil:
 			withDB = true
 		case errors.Is(err, harness.ErrMissingDependency) && !s.opts.requirePostgres:
-			progress("WARNING: no PostgreSQL example: %v", err)
-			progress("  to see db-read and db-write: `sudo apt-get install postgresql` (Debian), and run make run as root")
+			progress("WARNING: no PostgreSQL example (db-read, db-write): %v", err)
+			if postgresInstalled() {
+				progress("  PostgreSQL refuses to run as root, and only root exists in a rootless namespace: run make run as root (sudo) to see it")
+			} else {
+				progress("  install PostgreSQL's server to see it: sudo apt-get install postgresql (Debian)")
+			}
 		default:
 			return fmt.Errorf("starting PostgreSQL: %w", err)
 		}
@@ -232,6 +236,19 @@ func (s *sandbox) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// postgresInstalled reports whether PostgreSQL's server programs are where
+// the harness looks for them.
+func postgresInstalled() bool {
+	if os.Getenv("SWH_PG_BIN") != "" {
+		return true
+	}
+	if found, _ := filepath.Glob("/usr/lib/postgresql/*/bin/postgres"); len(found) > 0 {
+		return true
+	}
+	_, err := exec.LookPath("initdb")
+	return err == nil
 }
 
 // resources decodes the embedded manifests.
