@@ -158,7 +158,8 @@ func TestControllerAsServiceAccount(t *testing.T) {
 
 // TestAgentAsServiceAccount runs the agent (and the controller) as their
 // ServiceAccounts: the agent probes a real server on a pod address and
-// publishes the pod in an EndpointSlice, with no 403.
+// publishes the pod in an EndpointSlice, reads a PostgreSQL probe's Secret
+// by name, and records events, with no 403.
 func TestAgentAsServiceAccount(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
 	installRBAC(t)
@@ -186,8 +187,9 @@ func TestAgentAsServiceAccount(t *testing.T) {
 	ctrlCfg, ctrlForbidden := impersonating(controllerSA)
 	startController(t, ctrlCfg)
 	agentCfg, agentForbidden := impersonating(agentSA)
+	registry := prometheus.NewRegistry()
 	mgr, err := agentapp.NewManager(agentCfg, agentapp.Options{
-		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry(),
+		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: registry,
 		Publisher: publisher.Options{SkipNameValidation: true},
 	})
 	if err != nil {
@@ -195,22 +197,67 @@ func TestAgentAsServiceAccount(t *testing.T) {
 	}
 	run(t, "agent", mgr.Start)
 
-	if err := c.Create(ctx, resource(ns, "web")); err != nil {
+	// A PostgreSQL probe reads its credentials Secret by name before it
+	// connects (nothing listens on db-0: the pod is published not ready).
+	if _, err := harness.CreatePod(ctx, c, harness.PodOptions{Namespace: ns, Name: "db-0", Node: node,
+		Labels: map[string]string{"app": "db"}, IPs: []string{"10.244.201.2"},
+		Ports: []corev1.ContainerPort{{Name: "pg", ContainerPort: 8080}}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, time.Minute, "the agent publishes web-0 as ready", func() error {
-		list := &discoveryv1.EndpointSliceList{}
-		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "web"}); err != nil {
+	creds := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-credentials"},
+		StringData: map[string]string{"user": "probe", "password": "secret"}}
+	db := resource(ns, "db")
+	db.Spec.Healthcheck.Probes = []swhv1alpha1.Probe{{
+		Mode: swhv1alpha1.ProbeModePostgreSQL, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
+		PostgreSQL: &swhv1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(8080), AuthSecretName: creds.Name},
+	}}
+	for _, o := range []client.Object{creds, resource(ns, "web"), db} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []struct {
+		service, pod string
+		ready        bool
+	}{{"web", "web-0", true}, {"db", "db-0", false}} {
+		eventually(t, time.Minute, fmt.Sprintf("the agent publishes %s with ready=%v", want.pod, want.ready), func() error {
+			list := &discoveryv1.EndpointSliceList{}
+			if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: want.service}); err != nil {
+				return err
+			}
+			for _, s := range list.Items {
+				for _, ep := range s.Endpoints {
+					if ep.TargetRef != nil && ep.TargetRef.Name == want.pod && ep.Conditions.Ready != nil && *ep.Conditions.Ready == want.ready {
+						return nil
+					}
+				}
+			}
+			return fmt.Errorf("%d slices, %s not in them with ready=%v", len(list.Items), want.pod, want.ready)
+		})
+	}
+	eventually(t, 30*time.Second, "a PostgreSQL probe got past reading its Secret", func() error {
+		families, err := registry.Gather()
+		if err != nil {
 			return err
 		}
-		for _, s := range list.Items {
-			for _, ep := range s.Endpoints {
-				if ep.TargetRef != nil && ep.TargetRef.Name == "web-0" && ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+		for _, f := range families {
+			if f.GetName() != "swh_agent_probe_results_total" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if strings.EqualFold(labels["mode"], string(swhv1alpha1.ProbeModePostgreSQL)) && m.GetCounter().GetValue() > 0 {
+					if labels["reason"] == string(publisher.ReasonSecret) {
+						return fmt.Errorf("the probe failed reading its Secret: %v", labels)
+					}
 					return nil
 				}
 			}
 		}
-		return fmt.Errorf("slices: %d, none with web-0 ready", len(list.Items))
+		return errors.New("no PostgreSQL probe result yet")
 	})
 	eventually(t, 30*time.Second, "the agent records an event", func() error {
 		list := &corev1.EventList{}
