@@ -59,6 +59,8 @@ func runView(ctx context.Context, opts options, inner *innerProcess) error {
 	ticker := time.NewTicker(refreshEvery)
 	defer ticker.Stop()
 	lines := inner.lines
+	stopping := false // the inner process is stopping: the API server goes
+	lastErr := ""
 	var keys <-chan byte
 	if screen != nil {
 		keys = screen.keys
@@ -78,16 +80,24 @@ func runView(ctx context.Context, opts options, inner *innerProcess) error {
 				lines = nil
 				continue
 			}
+			stopping = stopping || strings.HasPrefix(line, "stopping")
 			say(">> " + line)
 			redraw = true
 		case <-ticker.C:
+			if stopping {
+				continue
+			}
 			for _, t := range st.refresh(ctx) {
 				if screen == nil {
 					fmt.Println(t)
 				}
 			}
-			if screen == nil && st.err != nil {
+			if screen == nil && st.err != nil && st.err.Error() != lastErr {
 				fmt.Println(">> " + st.err.Error())
+			}
+			lastErr = ""
+			if st.err != nil {
+				lastErr = st.err.Error()
 			}
 			redraw = true
 		case res := <-results:
