@@ -308,6 +308,20 @@ func TestSandbox(t *testing.T) {
 	app["app-api-node-2"], app["app-grpc-node-2"] = "app-0:TTF", "app-0:TTF"
 	s.waitSlices("after recovering", want)
 
+	// kubectl on the host reaches the sandbox with the kubeconfig it wrote.
+	if kubectl, err := exec.LookPath("kubectl"); err == nil {
+		out, err := exec.Command(kubectl, "--kubeconfig", filepath.Join(s.out, "kubeconfig"), "get", "swh,endpointslices", "-A").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "smtp-node-2") {
+			t.Errorf("kubectl get swh,endpointslices -A: %v\n%s", err, out)
+		}
+	}
+
+	// A deleted pod is published as terminating (not ready, still serving)
+	// during its grace period.
+	s.send("delete vm-1")
+	web["web-node-2"], smtp["smtp-node-2"] = "vm-1:FTT", "vm-1:FTT"
+	s.waitSlices("vm-1 terminating", want)
+
 	if withDB {
 		// db-write follows the promotion; the old primary stops.
 		s.send("promote db-1")

@@ -30,7 +30,7 @@ const commandHelp = `commands (type one in the live view and press Enter, or run
                        without :PORT)
   recover POD[:PORT]   undo fail (an old primary comes back as a replica)
   promote POD          promote a PostgreSQL replica; the old primary stops
-  delete POD           delete a pod: terminating for 5 s, then gone
+  delete POD           delete a pod: terminating for 10 s, then gone
   recreate POD [NODE]  create a deleted pod again (on NODE if given)
   drain NODE           cordon the node and delete its pods
   uncordon NODE        make a drained node schedulable again
@@ -39,7 +39,7 @@ const commandHelp = `commands (type one in the live view and press Enter, or run
   quit                 stop the sandbox (Ctrl-C does the same)`
 
 // terminationGrace is how long a deleted pod stays terminating.
-const terminationGrace = 5 * time.Second
+const terminationGrace = 10 * time.Second
 
 // errQuit is returned by a quit command.
 var errQuit = errors.New("quit")
