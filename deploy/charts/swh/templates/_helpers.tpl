@@ -4,16 +4,17 @@
 {{- end -}}
 
 {{/* The prefix of every object name: fullnameOverride, the release name
-when it contains the chart name, or "<release>-<chart>". */}}
+when it contains the chart name, or "<release>-<chart>"; at most 40
+characters, so "<prefix>-controller-metrics" stays a valid Service name. */}}
 {{- define "swh.fullname" -}}
 {{- if .Values.fullnameOverride -}}
-{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
 {{- else -}}
 {{- $name := include "swh.name" . -}}
 {{- if contains $name .Release.Name -}}
-{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
