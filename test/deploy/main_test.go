@@ -3,7 +3,10 @@
 // accepted (server-side dry-run, Pod Security "restricted" included), the
 // ServiceAccounts can do what their binaries need and nothing more
 // (SubjectAccessReviews against the installed RBAC), and the binaries run
-// under their ServiceAccounts (impersonated) without a single 403.
+// under their ServiceAccounts (impersonated) without a single 403. It also
+// dry-runs the chart with its optional parts on (through bin/helm, when
+// built), checks that every value is documented and that the Dockerfile
+// copies every module the binaries build from.
 package deploy_test
 
 import (
