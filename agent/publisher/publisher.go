@@ -29,6 +29,15 @@ import (
 // controllers use to measure how long a change took to reach the data path.
 const LastChangeTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
 
+const (
+	// adoptAnnotation asks the controller to take over an existing Service
+	// (the controller's reconciler.AdoptAnnotation).
+	adoptAnnotation = "network.swh.dev/adopt"
+	// builtinManagedBy marks the slices of the built-in EndpointSlice
+	// controller.
+	builtinManagedBy = "endpointslice-controller.k8s.io"
+)
+
 // Publisher probes the pods of one node and publishes their EndpointSlices.
 // It is a controller-runtime reconciler of ServiceWithHealthchecks keys.
 type Publisher struct {
@@ -104,7 +113,8 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	for i, port := range service.Ports {
 		portNames[i] = port.Name
 	}
-	p.syncTargets(req.NamespacedName, swh, pods, grouping, portNames, existing)
+	adopted := func() []discoveryv1.EndpointSlice { return p.adoptedSlices(ctx, swh) }
+	p.syncTargets(req.NamespacedName, swh, pods, grouping, portNames, existing, adopted)
 
 	verdicts := make([]endpoints.PodVerdicts, 0, len(pods))
 	failures := map[types.UID]*probes.Result{}
@@ -176,6 +186,26 @@ func (p *Publisher) ownSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithH
 		return nil, fmt.Errorf("listing the slices of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	return list.Items, nil
+}
+
+// adoptedSlices returns the built-in EndpointSlice controller's slices of a
+// resource that adopts an existing Service (the controller deletes them once
+// the agents publish), read from the API server since the cache holds only
+// the agents' slices. Without the annotation, or on error, it returns none:
+// targets then start failed, as usual.
+func (p *Publisher) adoptedSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) []discoveryv1.EndpointSlice {
+	if swh.Annotations[adoptAnnotation] != "true" {
+		return nil
+	}
+	list := &discoveryv1.EndpointSliceList{}
+	if err := p.reader.List(ctx, list, client.InNamespace(swh.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: swh.Name,
+		discoveryv1.LabelManagedBy:   builtinManagedBy,
+	}); err != nil {
+		log.FromContext(ctx).Error(err, "listing the built-in slices of an adopted Service; its pods start failed")
+		return nil
+	}
+	return list.Items
 }
 
 // write applies the plan: creates, then updates, then deletes, so traffic

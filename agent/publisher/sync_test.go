@@ -103,4 +103,16 @@ func TestReadyPorts(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("readyPorts = %v, want %v (nil ready means ready)", got, want)
 	}
+
+	// The built-in controller's slices hold every port of the Service.
+	web, smtp := "web", "smtp"
+	builtin := discoveryv1.EndpointSlice{
+		Ports:     []discoveryv1.EndpointPort{{Name: &web}, {Name: &smtp}},
+		Endpoints: []discoveryv1.Endpoint{ep("d", &yes), ep("e", &no)},
+	}
+	got = readyPorts([]discoveryv1.EndpointSlice{builtin})
+	want = map[types.UID]map[string]bool{"d": {"smtp": true, "web": true}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("readyPorts of a multi-port slice = %v, want %v", got, want)
+	}
 }
