@@ -112,6 +112,16 @@ func (p *Proc) Stop() {
 	}
 }
 
+// Kill ends the process at once (SIGKILL), as a crash or a lost machine
+// would, and waits for the exit.
+func (p *Proc) Kill() {
+	if !p.Running() {
+		return
+	}
+	_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	<-p.done
+}
+
 // LogTail returns the last lines of the process's log.
 func (p *Proc) LogTail(lines int) string {
 	data, _ := os.ReadFile(p.Log)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,55 +154,94 @@ func (f *fixture) service(name string, ok func(*corev1.Service) bool) *corev1.Se
 
 func hostPort(ip string, port int32) string { return net.JoinHostPort(ip, strconv.Itoa(int(port))) }
 
-// converge sends batches of requests until one lands only on want (all of
-// them, and nothing fails), then measures n more that must do the same. It
-// records the time since the change and the requests sent meanwhile.
-func (f *fixture) converge(step string, since time.Time, req Request, n int, want ...string) {
-	f.t.Helper()
-	var during Tally
-	deadline := time.Now().Add(convergeTimeout)
-	for {
-		batch := Send(f.ctx, req, 20)
-		if batch.LandsOnly(want...) {
-			break
-		}
-		during.Merge(batch)
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: requests never landed only on %v: last batch %s", step, want, batch)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	elapsed := time.Since(since)
-	measured := Send(f.ctx, req, n)
-	report.Add(Row{Scenario: f.scenario, Step: step, Measured: measured, Converge: elapsed, During: during})
-	f.t.Logf("%s: converged in %s (%s while converging); measured %s", step, elapsed.Round(10*time.Millisecond), during.String(), measured)
-	if !measured.LandsOnly(want...) {
-		f.t.Errorf("%s: want every request to land on %v, got %s", step, want, measured)
-	}
+// Expect is what requests must do once the data path has followed a
+// change: land only on Want (every one of them, nothing failing), or, with
+// Want empty, reach nothing at all.
+type Expect struct {
+	Step string
+	Req  Request
+	// N is how many requests are measured once converged.
+	N    int
+	Want []string
 }
 
-// never sends n requests that must all fail (no endpoint to reach).
-func (f *fixture) never(step string, since time.Time, req Request, n int) {
-	f.t.Helper()
-	deadline := time.Now().Add(convergeTimeout)
+func (e Expect) holds(t Tally) bool {
+	if len(e.Want) == 0 {
+		return t.Total > 0 && t.Failed == t.Total
+	}
+	return t.LandsOnly(e.Want...)
+}
+
+func (e Expect) describe() string {
+	if len(e.Want) == 0 {
+		return "reach nothing"
+	}
+	return fmt.Sprintf("land only on %v", e.Want)
+}
+
+// result is one Expect's outcome.
+type result struct {
+	row Row
+	err error
+}
+
+// await sends batches of requests until one meets e, then measures e.N more
+// that must meet it too. The row holds the time since the change and the
+// requests sent while converging.
+func (f *fixture) await(since time.Time, e Expect) result {
 	var during Tally
+	deadline := time.Now().Add(convergeTimeout)
+	batch := 20
+	if len(e.Want) == 0 {
+		batch = 4 // requests to nothing time out
+	}
 	for {
-		batch := Send(f.ctx, req, 4)
-		if batch.Failed == batch.Total {
+		b := Send(f.ctx, e.Req, batch)
+		if e.holds(b) {
 			break
 		}
-		during.Merge(batch)
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: requests still land: %s", step, batch)
+		during.Merge(b)
+		if time.Now().After(deadline) || f.ctx.Err() != nil {
+			return result{err: fmt.Errorf("%s: requests never %s; last batch: %s", e.Step, e.describe(), b)}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	elapsed := time.Since(since)
-	measured := Send(f.ctx, req, n)
-	report.Add(Row{Scenario: f.scenario, Step: step, Measured: measured, Converge: elapsed, During: during})
-	f.t.Logf("%s: converged in %s; measured %s (every request must fail)", step, elapsed.Round(10*time.Millisecond), measured)
-	if measured.Failed != measured.Total {
-		f.t.Errorf("%s: want no request to land, got %s", step, measured)
+	row := Row{Scenario: f.scenario, Step: e.Step, Converge: time.Since(since), During: during}
+	row.Measured = Send(f.ctx, e.Req, e.N)
+	if !e.holds(row.Measured) {
+		return result{row: row, err: fmt.Errorf("%s: want every request to %s, got %s", e.Step, e.describe(), row.Measured)}
+	}
+	return result{row: row}
+}
+
+// converge awaits every expectation at once, each timed on its own from
+// since, records them and fails the test if any does not hold.
+func (f *fixture) converge(since time.Time, exps ...Expect) {
+	f.t.Helper()
+	results := make([]result, len(exps))
+	var wg sync.WaitGroup
+	for i, e := range exps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = f.await(since, e)
+		}()
+	}
+	wg.Wait()
+	failed := false
+	for _, r := range results {
+		if r.row.Step != "" {
+			report.Add(r.row)
+			f.t.Logf("%s: converged in %s (while converging: %s); measured %s", r.row.Step,
+				r.row.Converge.Round(10*time.Millisecond), r.row.During, r.row.Measured)
+		}
+		if r.err != nil {
+			f.t.Error(r.err)
+			failed = true
+		}
+	}
+	if failed {
+		f.t.FailNow()
 	}
 }
 
@@ -240,20 +280,36 @@ func (f *fixture) healthCheck(node *Node, port int32) (proxyHealth, error) {
 	return h, nil
 }
 
-// waitHealthCheck polls a node's healthCheckNodePort until it answers code
-// with localEndpoints equal to count.
-func (f *fixture) waitHealthCheck(step string, since time.Time, node *Node, port int32, code, count int) {
+// waitHealthChecks polls the healthCheckNodePort of every node in want
+// until each answers 200 with localEndpoints equal to its count, or 503 with
+// 0 for a count of 0. Each node is timed on its own from since.
+func (f *fixture) waitHealthChecks(step string, since time.Time, port int32, want map[*Node]int) {
 	f.t.Helper()
 	deadline := time.Now().Add(convergeTimeout)
-	for {
-		h, err := f.healthCheck(node, port)
-		if err == nil && h.Code == code && h.LocalEndpoints == count {
-			elapsed := time.Since(since)
-			report.Add(Row{Scenario: f.scenario, Step: fmt.Sprintf("%s: %s healthCheckNodePort %d/%d", step, node.Name, code, count), Converge: elapsed})
-			return
+	done := map[*Node]bool{}
+	last := map[string]string{}
+	for len(done) < len(want) {
+		for node, count := range want {
+			if done[node] {
+				continue
+			}
+			code := http.StatusOK
+			if count == 0 {
+				code = http.StatusServiceUnavailable
+			}
+			h, err := f.healthCheck(node, port)
+			if err == nil && h.Code == code && h.LocalEndpoints == count {
+				done[node] = true
+				report.Add(Row{Scenario: f.scenario, Step: fmt.Sprintf("%s: %s healthCheckNodePort %d, localEndpoints %d", step, node.Name, code, count), Converge: time.Since(since)})
+				continue
+			}
+			last[node.Name] = fmt.Sprintf("want %d with localEndpoints %d, got %+v (%v)", code, count, h, err)
+		}
+		if len(done) == len(want) {
+			break
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: healthCheckNodePort of %s: want %d with localEndpoints %d, got %+v (%v)", step, node.Name, code, count, h, err)
+			f.t.Fatalf("%s: healthCheckNodePort: %v", step, last)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -288,4 +344,9 @@ func (f *fixture) waitSlices(what, service string, since time.Time, ok func([]di
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// ex builds an Expect.
+func ex(step string, req Request, n int, want ...string) Expect {
+	return Expect{Step: step, Req: req, N: n, Want: want}
 }

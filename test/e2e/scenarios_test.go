@@ -36,15 +36,15 @@ func TestClusterIP(t *testing.T) {
 	start := time.Now()
 	svc := f.swh("web", "web", nil, webPort, httpProbe(intstr.FromInt32(8080)))
 	req := HTTPGet(n[0].Client.NS, webURL(svc))
-	f.converge("only passing pods (web-c fails)", start, req, 200, "web-a", "web-b")
+	f.converge(start, ex("only passing pods (web-c fails)", req, 200, "web-a", "web-b"))
 
 	bb.SetFailed(true)
 	start = time.Now()
-	f.converge("web-b fails: drops out", start, req, 200, "web-a")
+	f.converge(start, ex("web-b fails: drops out", req, 200, "web-a"))
 
 	bb.SetFailed(false)
 	start = time.Now()
-	f.converge("web-b recovers: back in", start, req, 200, "web-a", "web-b")
+	f.converge(start, ex("web-b recovers: back in", req, 200, "web-a", "web-b"))
 }
 
 // 2. Per-port independence: failing web's probe stops web traffic to the
@@ -65,16 +65,17 @@ func TestPerPortIndependence(t *testing.T) {
 	}, httpProbe(intstr.FromString("web")), tcpProbe(intstr.FromString("smtp")))
 	client := n[2].Client.NS
 	web, smtp := HTTPGet(client, webURL(svc)), Banner(client, hostPort(svc.Spec.ClusterIP, 25))
-	f.converge("web on both", start, web, 100, "mail-a", "mail-b")
-	f.converge("smtp on both", start, smtp, 100, "mail-a", "mail-b")
+	f.converge(start,
+		ex("web on both", web, 100, "mail-a", "mail-b"),
+		ex("smtp on both", smtp, 100, "mail-a", "mail-b"))
 
 	loop := StartLoop(f.ctx, smtp)
 	wa.SetFailed(true)
 	start = time.Now()
-	f.converge("mail-a web fails: web only on mail-b", start, web, 200, "mail-b")
-	converged := time.Since(start)
-	f.converge("mail-a web fails: smtp still on both", start, smtp, 100, "mail-a", "mail-b")
-	f.loopResult("smtp loop while mail-a's web fails", converged, loop.Stop(), "mail-a", "mail-b")
+	f.converge(start,
+		ex("mail-a web fails: web only on mail-b", web, 200, "mail-b"),
+		ex("mail-a web fails: smtp still on both", smtp, 100, "mail-a", "mail-b"))
+	f.loopResult("smtp loop while mail-a's web fails", time.Since(start), loop.Stop(), "mail-a", "mail-b")
 }
 
 // 3. A pod-wide health port: its failure stops traffic on every port.
@@ -96,18 +97,21 @@ func TestPodWideHealthPort(t *testing.T) {
 	}, httpProbe(intstr.FromInt32(8086)))
 	client := n[0].Client.NS
 	web, smtp := HTTPGet(client, webURL(svc)), Banner(client, hostPort(svc.Spec.ClusterIP, 25))
-	f.converge("web on both", start, web, 100, "app-a", "app-b")
-	f.converge("smtp on both", start, smtp, 100, "app-a", "app-b")
+	f.converge(start,
+		ex("web on both", web, 100, "app-a", "app-b"),
+		ex("smtp on both", smtp, 100, "app-a", "app-b"))
 
 	ha.SetFailed(true)
 	start = time.Now()
-	f.converge("app-a health fails: web only on app-b", start, web, 100, "app-b")
-	f.converge("app-a health fails: smtp only on app-b", start, smtp, 100, "app-b")
+	f.converge(start,
+		ex("app-a health fails: web only on app-b", web, 100, "app-b"),
+		ex("app-a health fails: smtp only on app-b", smtp, 100, "app-b"))
 
 	ha.SetFailed(false)
 	start = time.Now()
-	f.converge("app-a health recovers: web on both", start, web, 100, "app-a", "app-b")
-	f.converge("app-a health recovers: smtp on both", start, smtp, 100, "app-a", "app-b")
+	f.converge(start,
+		ex("app-a health recovers: web on both", web, 100, "app-a", "app-b"),
+		ex("app-a health recovers: smtp on both", smtp, 100, "app-a", "app-b"))
 }
 
 // 4. The database example: db-write lands only on the primary, and on the
@@ -138,8 +142,11 @@ func TestDatabase(t *testing.T) {
 	}
 	port := []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}}
 	start := time.Now()
-	write := f.swh("db-write", "db", nil, port, postgresProbe("SELECT NOT pg_is_in_recovery()", "db-credentials"))
-	read := f.swh("db-read", "db", nil, port, postgresProbe("SELECT 1", "db-credentials"))
+	// A PostgreSQL login takes longer than a TCP connect: 2 s period, 2 s
+	// timeout.
+	slower := func(r *swhv1alpha1.ServiceWithHealthchecks) { r.Spec.Healthcheck.PeriodSeconds = 2 }
+	write := f.swh("db-write", "db", slower, port, postgresProbe("SELECT NOT pg_is_in_recovery()", "db-credentials"))
+	read := f.swh("db-read", "db", slower, port, postgresProbe("SELECT 1", "db-credentials"))
 	dsn := func(svc *corev1.Service) string {
 		u := url.URL{Scheme: "postgres", User: url.UserPassword(o.User, o.Password), Host: hostPort(svc.Spec.ClusterIP, 5432),
 			Path: "/postgres", RawQuery: "sslmode=disable&connect_timeout=5"}
@@ -147,8 +154,9 @@ func TestDatabase(t *testing.T) {
 	}
 	client := n[2].Client.NS
 	writeReq, readReq := PostgresServer(client, dsn(write), cluster.PodByIP), PostgresServer(client, dsn(read), cluster.PodByIP)
-	f.converge("db-write on the primary", start, writeReq, 60, "db-0")
-	f.converge("db-read on both", start, readReq, 60, "db-0", "db-1")
+	f.converge(start,
+		ex("db-write on the primary", writeReq, 60, "db-0"),
+		ex("db-read on both", readReq, 60, "db-0", "db-1"))
 
 	if err := primary.Stop(); err != nil {
 		t.Fatal(err)
@@ -157,8 +165,9 @@ func TestDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	f.converge("failover: db-write on the new primary", start, writeReq, 60, "db-1")
-	f.converge("failover: db-read on the healthy member", start, readReq, 60, "db-1")
+	f.converge(start,
+		ex("failover: db-write on the new primary", writeReq, 60, "db-1"),
+		ex("failover: db-read on the healthy member", readReq, 60, "db-1"))
 }
 
 // 5. externalTrafficPolicy Local: each node's NodePort reaches only its own
@@ -183,17 +192,23 @@ func TestLocalTrafficPolicy(t *testing.T) {
 	via := func(node *Node) Request {
 		return HTTPGet(cluster.External, "http://"+hostPort(node.IP, nodePort)+"/")
 	}
+	// check awaits, on every node at once, its healthCheckNodePort
+	// counting its passing pods and its NodePort reaching only them.
 	check := func(step string, since time.Time, want map[*Node][]string) {
+		counts := map[*Node]int{}
+		var exps []Expect
 		for _, node := range n {
 			pods := want[node]
+			counts[node] = len(pods)
+			what := fmt.Sprintf("%s: NodePort of %s", step, node.Name)
 			if len(pods) == 0 {
-				f.waitHealthCheck(step, since, node, hc, 503, 0)
-				f.never(fmt.Sprintf("%s: NodePort of %s reaches nothing", step, node.Name), since, via(node), 8)
+				exps = append(exps, ex(what+" reaches nothing", via(node), 8))
 				continue
 			}
-			f.waitHealthCheck(step, since, node, hc, 200, len(pods))
-			f.converge(fmt.Sprintf("%s: NodePort of %s", step, node.Name), since, via(node), 100, pods...)
+			exps = append(exps, ex(what, via(node), 100, pods...))
 		}
+		f.waitHealthChecks(step, since, hc, counts)
+		f.converge(since, exps...)
 	}
 	check("initial", start, map[*Node][]string{n[0]: {"loc-1a", "loc-1b"}, n[1]: {"loc-2a"}})
 
@@ -220,7 +235,7 @@ func TestTerminatingFallback(t *testing.T) {
 	start := time.Now()
 	svc := f.swh("term", "term", nil, webPort, httpProbe(intstr.FromInt32(8080)))
 	req := HTTPGet(n[2].Client.NS, webURL(svc))
-	f.converge("both ready", start, req, 100, "term-a", "term-b")
+	f.converge(start, ex("both ready", req, 100, "term-a", "term-b"))
 
 	// No kubelet confirms the deletion: term-a stays terminating.
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "term-a"}}
@@ -228,11 +243,11 @@ func TestTerminatingFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	f.converge("term-a terminating, term-b ready", start, req, 100, "term-b")
+	f.converge(start, ex("term-a terminating, term-b ready", req, 100, "term-b"))
 
 	bb.SetFailed(true)
 	start = time.Now()
-	f.converge("term-b fails: terminating term-a serves", start, req, 100, "term-a")
+	f.converge(start, ex("term-b fails: terminating term-a serves", req, 100, "term-a"))
 	f.waitSlices("term-a published as serving and terminating", "term", time.Now(), func(s []discoveryv1.EndpointSlice) bool {
 		for _, sl := range s {
 			for _, ep := range sl.Endpoints {
@@ -269,7 +284,7 @@ func TestMigration(t *testing.T) {
 		return len(s) > 0 && s[0].Labels[discoveryv1.LabelManagedBy] == builtin && len(s[0].Endpoints) == 2
 	})
 	req := HTTPGet(n[2].Client.NS, webURL(plain))
-	f.converge("plain Service, built-in slices", start, req, 100, "shop-a", "shop-b")
+	f.converge(start, ex("plain Service, built-in slices", req, 100, "shop-a", "shop-b"))
 
 	loop := StartLoop(f.ctx, req)
 	start = time.Now()
@@ -303,6 +318,8 @@ func TestMigration(t *testing.T) {
 }
 
 // 8. Agent restarts under a continuous client loop: no failed request.
+// node-1's and node-3's agents are stopped (SIGTERM, as in a rolling
+// update), node-2's is killed (SIGKILL, as in a crash).
 func TestAgentRestart(t *testing.T) {
 	f := newFixture(t, "8 agent restarts")
 	n := cluster.Nodes
@@ -315,12 +332,16 @@ func TestAgentRestart(t *testing.T) {
 	start := time.Now()
 	svc := f.swh("rs", "rs", nil, webPort, httpProbe(intstr.FromInt32(8080)))
 	req := HTTPGet(n[0].Client.NS, webURL(svc))
-	f.converge("all three", start, req, 100, want...)
+	f.converge(start, ex("all three", req, 100, want...))
 
 	loop := StartLoop(f.ctx, req)
 	start = time.Now()
-	for _, node := range n {
-		node.Agent.Stop()
+	for i, node := range n {
+		if i == 1 {
+			node.Agent.Kill() // a crash
+		} else {
+			node.Agent.Stop() // a rolling update
+		}
 		if err := node.StartAgent(f.ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +351,7 @@ func TestAgentRestart(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	f.loopResult("client loop through a restart of every agent", time.Since(start), loop.Stop(), want...)
+	f.loopResult("client loop through a restart of every agent (one killed)", time.Since(start), loop.Stop(), want...)
 }
 
 // 9. A node lost: its agent and kube-proxy stop and its Node goes; its
@@ -348,11 +369,13 @@ func TestNodeLost(t *testing.T) {
 	start := time.Now()
 	svc := f.swh("nl", "nl", nil, webPort, httpProbe(intstr.FromInt32(8080)))
 	from1, from2 := HTTPGet(n[0].Client.NS, webURL(svc)), HTTPGet(n[1].Client.NS, webURL(svc))
-	f.converge("all three, from node-1", start, from1, 100, want...)
+	f.converge(start, ex("all three, from node-1", from1, 100, want...))
 
+	// A lost machine shuts nothing down cleanly: the agent and kube-proxy
+	// are killed, so only the controller can clean up after them.
 	lost := n[2]
-	lost.Agent.Stop()
-	lost.Proxy.Stop()
+	lost.Agent.Kill()
+	lost.Proxy.Kill()
 	start = time.Now()
 	if err := f.c().Delete(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: lost.Name}}); err != nil {
 		t.Fatal(err)
@@ -368,8 +391,9 @@ func TestNodeLost(t *testing.T) {
 		return len(s) > 0
 	})
 	report.Add(Row{Scenario: f.scenario, Step: "node-3's slices deleted", Converge: took})
-	f.converge("node-3 lost: from node-1", start, from1, 100, "nl-1", "nl-2")
-	f.converge("node-3 lost: from node-2", start, from2, 100, "nl-1", "nl-2")
+	f.converge(start,
+		ex("node-3 lost: from node-1", from1, 100, "nl-1", "nl-2"),
+		ex("node-3 lost: from node-2", from2, 100, "nl-1", "nl-2"))
 	// Check the Node is gone for good (nothing recreated it).
 	if err := f.c().Get(f.ctx, types.NamespacedName{Name: lost.Name}, &corev1.Node{}); err == nil {
 		t.Errorf("node %s is back", lost.Name)

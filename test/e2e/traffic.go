@@ -229,12 +229,16 @@ type Loop struct {
 func StartLoop(ctx context.Context, req Request) *Loop {
 	ctx, cancel := context.WithCancel(ctx)
 	l := &Loop{cancel: cancel, done: make(chan struct{})}
+	start := time.Now()
 	go func() {
 		defer close(l.done)
 		for ctx.Err() == nil {
 			pod, err := req(ctx)
 			if ctx.Err() != nil {
 				return // cut short by Stop: not the data path's failure
+			}
+			if err != nil {
+				err = fmt.Errorf("at +%s: %w", time.Since(start).Round(time.Millisecond), err)
 			}
 			l.mu.Lock()
 			l.tally.add(pod, err)
