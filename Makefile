@@ -94,6 +94,20 @@ bench-agent: tools build ## Agent reaction time, slice writes per change and foo
 test: ## Run every test: unit tests, then the integration suites in a private network namespace.
 	@hack/test.sh
 
+# Each proxy mode gets a fresh run of its own private namespace (hack/netns.sh):
+# the world with the bridge and control plane, node, pod and client
+# namespaces inside it. Nothing runs in the host's network namespace.
+E2E_MODES ?= nftables iptables
+
+.PHONY: e2e
+e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) carries real requests to real backends.
+	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager
+	@cd test && go test -c -o $(BIN)/e2e.test ./e2e/
+	@for mode in $(E2E_MODES); do \
+	  echo ">> e2e suite, kube-proxy in $$mode mode"; \
+	  hack/netns.sh bash -c "cd test/e2e && $(BIN)/e2e.test -test.count=1 -test.timeout=15m -proxy-mode=$$mode $(E2E_FLAGS)"; \
+	done
+
 # The run happens in a private network namespace (hack/netns.sh): its load on
 # 127.0.0.1, and the TIME_WAIT sockets it counts, are its own.
 .PHONY: bench-probes
