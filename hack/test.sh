@@ -33,8 +33,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-step "control plane and generators (bin/, built once from source)"
-hack/build-tools.sh kube-apiserver etcd controller-gen
+step "control plane, generators and helm (bin/, built once from source)"
+hack/build-tools.sh kube-apiserver etcd controller-gen helm
 
 step "downloading modules (the network namespace has no registry)"
 for m in api probes endpoints controller agent test hack/tools; do (cd "$m" && go mod download); done

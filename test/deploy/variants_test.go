@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +23,7 @@ import (
 // network, one replica, the ServiceMonitor) through bin/helm and applies the
 // result with a server-side dry-run, like the default manifests. The
 // ServiceMonitor's CRD is not installed: the test checks instead that it
-// selects both metrics Services and their port. Skipped when bin/helm is
-// missing (make verify builds it).
+// selects both metrics Services and their port. Needs bin/helm.
 func TestChartVariants(t *testing.T) {
 	root, err := harness.RepoRoot()
 	if err != nil {
@@ -31,7 +31,7 @@ func TestChartVariants(t *testing.T) {
 	}
 	helm := filepath.Join(root, "bin", "helm")
 	if _, err := os.Stat(helm); err != nil {
-		t.Skip("bin/helm is missing (hack/build-tools.sh helm, or make verify, builds it)")
+		harness.Unavailable(t, fmt.Errorf("bin/helm (hack/build-tools.sh helm, run by make test and make verify, builds it): %w", harness.ErrMissingDependency))
 	}
 	const ns = "swh-variant"
 	cmd := exec.Command(helm, "template", "other", filepath.Join(root, "deploy", "charts", "swh"),
