@@ -446,6 +446,11 @@ func (c *Cluster) Stop() error {
 		errs = append(errs, c.CP.Stop())
 	}
 	for _, ns := range c.namespaces {
+		if ns.fd >= 0 {
+			if socks := ns.Sockets(); socks != "" {
+				fmt.Printf("sockets still in %s when it is released:\n%s\n", ns.Name, socks)
+			}
+		}
 		errs = append(errs, ns.Close())
 	}
 	errs = append(errs, world("link del "+bridgeName))

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -166,15 +167,31 @@ func (ns *NetNS) Listen(addr string) (net.Listener, error) {
 }
 
 // DialContext connects from inside the namespace; it fits
-// http.Transport.DialContext and lib/pq's Dialer.
+// http.Transport.DialContext and lib/pq's Dialer. A dial gives up after
+// 3 s even without a deadline in ctx: http.Transport finishes the dials of
+// requests that timed out in the background, and a socket still sending SYNs
+// to an address that drops them would keep the namespace alive.
 func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	var conn net.Conn
 	err := ns.Do(func() error {
 		var err error
-		conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		conn, err = (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
 		return err
 	})
 	return conn, err
+}
+
+// Sockets lists the TCP sockets left in the namespace, but those in
+// TIME-WAIT: any other keeps the namespace alive after its descriptor is
+// closed.
+func (ns *NetNS) Sockets() string {
+	var out []byte
+	_ = ns.Do(func() error {
+		var err error
+		out, err = exec.Command("ss", "-tanH", "exclude", "time-wait").CombinedOutput()
+		return err
+	})
+	return strings.TrimSpace(string(out))
 }
 
 // Close releases the namespace; the kernel destroys it once nothing lives in
