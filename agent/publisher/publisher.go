@@ -116,12 +116,23 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	adopted := func() []discoveryv1.EndpointSlice { return p.adoptedSlices(ctx, swh) }
 	p.syncTargets(req.NamespacedName, swh, pods, grouping, portNames, existing, adopted)
 
+	probeLabels := make([]string, len(probeSpecs))
+	for i := range probeSpecs {
+		probeLabels[i] = fmt.Sprintf("%s probe on %s", probeSpecs[i].Mode, targetPorts[i].String())
+	}
 	verdicts := make([]endpoints.PodVerdicts, 0, len(pods))
-	failures := map[types.UID]*probes.Result{}
+	why := notReadyReasons{}
 	for _, pod := range pods {
-		passing, failing := p.state.passing(req.NamespacedName, pod.UID, len(probeSpecs))
-		verdicts = append(verdicts, endpoints.PodVerdicts{Pod: pod, Ports: grouping.Verdicts(pod, passing)})
-		failures[pod.UID] = failing
+		passing, last := p.state.passing(req.NamespacedName, pod.UID, len(probeSpecs))
+		gates := grouping.Gates(pod)
+		ports := make([]endpoints.PortVerdict, len(gates))
+		for i, gate := range gates {
+			ports[i] = gate.Verdict(passing, endpoints.PodReady(pod))
+			if !ports[i].Passing || pod.DeletionTimestamp != nil {
+				why.set(pod.UID, portNames[i], explainNotReady(pod, gate, passing, last, probeLabels))
+			}
+		}
+		verdicts = append(verdicts, endpoints.PodVerdicts{Pod: pod, Ports: ports})
 	}
 	desired, err := endpoints.Build(service, endpoints.NodeFrom(node), verdicts, endpoints.Options{})
 	if err != nil {
@@ -149,7 +160,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if hadChange {
 		p.Metrics.observeDelay(time.Since(changedAt))
 	}
-	p.reportTransitions(swh, existing, desired, failures)
+	p.reportTransitions(ctx, swh, existing, desired, why)
 	return ctrl.Result{}, nil
 }
 

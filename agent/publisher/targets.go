@@ -79,24 +79,24 @@ func (s *state) observe(key targetKey, res probes.Result, now time.Time) (o obse
 }
 
 // passing returns the probes of a pod whose verdict is healthy, and the
-// latest failing result among the others, for messages.
-func (s *state) passing(resource types.NamespacedName, pod types.UID, numProbes int) (endpoints.ProbeSet, *probes.Result) {
+// latest result of each probe (a zero Result when none came yet), for
+// messages.
+func (s *state) passing(resource types.NamespacedName, pod types.UID, numProbes int) (endpoints.ProbeSet, []probes.Result) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var set endpoints.ProbeSet
-	var failing *probes.Result
+	last := make([]probes.Result, numProbes)
 	for i := range numProbes {
 		t, ok := s.targets[targetKey{resource, pod, i}]
-		if ok && t.tracker.Healthy() {
-			set = set.With(i)
+		if !ok {
 			continue
 		}
-		if ok && t.last.Status == probes.Failure {
-			r := t.last
-			failing = &r
+		last[i] = t.last
+		if t.tracker.Healthy() {
+			set = set.With(i)
 		}
 	}
-	return set, failing
+	return set, last
 }
 
 // takeChanged returns and clears when the resource's verdicts first changed.

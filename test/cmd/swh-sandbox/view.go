@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,8 +54,89 @@ func (t transition) String() string {
 	return s
 }
 
-// agentNote parses the agents' EndpointReady / EndpointNotReady notes.
-var agentNote = regexp.MustCompile(`^pod (\S+) on node (\S+) is (not )?ready on port "([^"]*)"(?: \((.*)\))?$`)
+// agentNoteHead matches the start of the agents' EndpointReady /
+// EndpointNotReady notes; parseAgentNote reads the rest.
+var agentNoteHead = regexp.MustCompile(`^pod (\S+) on node (\S+) is (not )?ready on (.*)$`)
+
+// agentNote is one parsed agent note: per port, why it is not ready (empty
+// for ready ports).
+type agentNote struct {
+	pod, node string
+	notReady  bool
+	ports     map[string]string
+}
+
+// parseAgentNote reads `pod P on node N is [not ]ready on CLAUSES`, where
+// the clauses are `port "a" (why)` or `ports "a", "b" (why)`, joined by
+// "; ". A reason may hold parentheses of its own.
+func parseAgentNote(note string) (agentNote, bool) {
+	m := agentNoteHead.FindStringSubmatch(note)
+	if m == nil {
+		return agentNote{}, false
+	}
+	n := agentNote{pod: m[1], node: m[2], notReady: m[3] != "", ports: map[string]string{}}
+	rest := m[4]
+	for rest != "" {
+		switch {
+		case strings.HasPrefix(rest, "ports "):
+			rest = rest[len("ports "):]
+		case strings.HasPrefix(rest, "port "):
+			rest = rest[len("port "):]
+		default:
+			return agentNote{}, false
+		}
+		var names []string
+		for {
+			name, after, ok := quoted(rest)
+			if !ok {
+				return agentNote{}, false
+			}
+			names, rest = append(names, name), after
+			if !strings.HasPrefix(rest, ", ") {
+				break
+			}
+			rest = rest[2:]
+		}
+		why := ""
+		if strings.HasPrefix(rest, " (") {
+			depth, end := 0, -1
+			for i, r := range rest[1:] {
+				if r == '(' {
+					depth++
+				} else if r == ')' {
+					if depth--; depth == 0 {
+						end = i + 1
+						break
+					}
+				}
+			}
+			if end < 0 {
+				return agentNote{}, false
+			}
+			why, rest = rest[2:end], rest[end+1:]
+		}
+		for _, name := range names {
+			n.ports[name] = why
+		}
+		if rest != "" {
+			if !strings.HasPrefix(rest, "; ") {
+				return agentNote{}, false
+			}
+			rest = rest[2:]
+		}
+	}
+	return n, len(n.ports) > 0
+}
+
+// quoted reads a Go-quoted string at the start of s.
+func quoted(s string) (string, string, bool) {
+	q, err := strconv.QuotedPrefix(s)
+	if err != nil {
+		return "", "", false
+	}
+	v, err := strconv.Unquote(q)
+	return v, s[len(q):], err == nil
+}
 
 // reason is an agent's explanation of an endpoint going not ready.
 type reason struct {
@@ -237,10 +319,13 @@ func (s *state) refresh(ctx context.Context) []transition {
 	for i := range events.Items {
 		ev := &events.Items[i]
 		if ev.ReportingController == "swh-agent" {
-			if m := agentNote.FindStringSubmatch(ev.Note); m != nil && m[3] != "" {
-				key := endpointKey{ev.Regarding.Name, m[4], m[2], m[1]}
-				if at := eventTime(ev); at.After(s.reasons[key].at) {
-					s.reasons[key] = reason{m[5], at}
+			if n, ok := parseAgentNote(ev.Note); ok && n.notReady {
+				at := eventTime(ev)
+				for port, why := range n.ports {
+					key := endpointKey{ev.Regarding.Name, port, n.node, n.pod}
+					if at.After(s.reasons[key].at) {
+						s.reasons[key] = reason{why, at}
+					}
 				}
 			}
 			continue

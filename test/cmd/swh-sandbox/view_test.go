@@ -40,17 +40,23 @@ func TestKeysEditTheCommandLine(t *testing.T) {
 func TestAgentNotesParse(t *testing.T) {
 	tests := []struct {
 		note string
-		want string // pod node not port reason, or "" when it does not parse
+		want string // pod node notReady ports, or "" when it does not parse
 	}{
-		{`pod vm-0 on node node-1 is not ready on port "" (Failure: HTTP probe failed with statuscode: 503)`, `[vm-0 node-1 not   Failure: HTTP probe failed with statuscode: 503]`},
-		{`pod app-0 on node node-2 is ready on port "api"`, `[app-0 node-2  api ]`},
+		{`pod vm-0 on node node-1 is not ready on port "" (HTTP probe on 8080: http-status: HTTP 503 (Service Unavailable))`,
+			`vm-0 node-1 true map[:HTTP probe on 8080: http-status: HTTP 503 (Service Unavailable)]`},
+		{`pod app-0 on node node-2 is ready on port "api"`, `app-0 node-2 false map[api:]`},
+		{`pod app-0 on node node-2 is ready on ports "api", "grpc"`, `app-0 node-2 false map[api: grpc:]`},
+		{`pod app-0 on node node-2 is not ready on ports "api", "grpc" (x: refused); port "web" (timeout)`,
+			`app-0 node-2 true map[api:x: refused grpc:x: refused web:timeout]`},
+		{`pod app-0 on node node-2 is not ready on port "api" (unbalanced`, ``},
+		{`pod app-0 on node node-2 is not ready on port api`, ``},
 		{`something else`, ``},
 	}
 	for _, tt := range tests {
-		m := agentNote.FindStringSubmatch(tt.note)
+		n, ok := parseAgentNote(tt.note)
 		got := ""
-		if m != nil {
-			got = fmt.Sprint(m[1:])
+		if ok {
+			got = fmt.Sprintf("%s %s %t %v", n.pod, n.node, n.notReady, n.ports)
 		}
 		if got != tt.want {
 			t.Errorf("%q: got %s, want %s", tt.note, got, tt.want)
