@@ -141,10 +141,10 @@ func (r *Report) Table(mode string) string {
 	sort.SliceStable(rows, func(i, j int) bool { return rows[i].Scenario < rows[j].Scenario })
 	var b strings.Builder
 	fmt.Fprintf(&b, "\ne2e summary, kube-proxy %s\n", mode)
-	fmt.Fprintf(&b, "| %-28s | %-44s | %-14s | %-11s | %-18s |\n", "scenario", "step", "failed/total", "converged in", "while converging")
+	fmt.Fprintf(&b, "| %-28s | %-44s | %-14s | %-8s | %-11s | %-18s |\n", "scenario", "step", "failed/total", "slow>1s", "converged in", "while converging")
 	for _, row := range rows {
-		fmt.Fprintf(&b, "| %-28s | %-44s | %7d/%-6d | %11s | %7d/%-10d |\n", row.Scenario, row.Step,
-			row.Measured.Failed, row.Measured.Total, row.Converge.Round(10*time.Millisecond), row.During.Failed, row.During.Total)
+		fmt.Fprintf(&b, "| %-28s | %-44s | %7d/%-6d | %8d | %11s | %7d/%-10d |\n", row.Scenario, row.Step,
+			row.Measured.Failed, row.Measured.Total, row.Measured.Slow, row.Converge.Round(10*time.Millisecond), row.During.Failed, row.During.Total)
 	}
 	return b.String()
 }

@@ -168,14 +168,14 @@ func (ns *NetNS) Listen(addr string) (net.Listener, error) {
 
 // DialContext connects from inside the namespace; it fits
 // http.Transport.DialContext and lib/pq's Dialer. A dial gives up after
-// 3 s even without a deadline in ctx: http.Transport finishes the dials of
+// 4 s (three SYNs) even without a deadline in ctx: http.Transport finishes the dials of
 // requests that timed out in the background, and a socket still sending SYNs
 // to an address that drops them would keep the namespace alive.
 func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	var conn net.Conn
 	err := ns.Do(func() error {
 		var err error
-		conn, err = (&net.Dialer{Timeout: 3 * time.Second}).DialContext(ctx, network, addr)
+		conn, err = (&net.Dialer{Timeout: 4 * time.Second}).DialContext(ctx, network, addr)
 		return err
 	})
 	return conn, err

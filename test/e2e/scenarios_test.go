@@ -190,7 +190,8 @@ func TestLocalTrafficPolicy(t *testing.T) {
 	})
 	nodePort, hc := svc.Spec.Ports[0].NodePort, svc.Spec.HealthCheckNodePort
 	via := func(node *Node) Request {
-		return HTTPGet(cluster.External, "http://"+hostPort(node.IP, nodePort)+"/")
+		// A node without local endpoints drops requests: they time out.
+		return HTTPGetWithin(cluster.External, "http://"+hostPort(node.IP, nodePort)+"/", 2*time.Second)
 	}
 	// check awaits, on every node at once, its healthCheckNodePort
 	// counting its passing pods and its NodePort reaching only them.

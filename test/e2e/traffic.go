@@ -20,11 +20,22 @@ import (
 // reached none) and whether it failed.
 type Request func(ctx context.Context) (pod string, err error)
 
+// requestTimeout bounds one request: generous, since the machine is shared
+// and a slow answer is not a lost one; Tally counts the slow ones.
+const requestTimeout = 5 * time.Second
+
+// slow is how long a request may take before Tally calls it slow.
+const slow = time.Second
+
 // HTTPGet requests url from ns, on a new connection each time, so every
 // request is balanced anew by kube-proxy. A 503 still names its pod.
-func HTTPGet(ns *NetNS, url string) Request {
+func HTTPGet(ns *NetNS, url string) Request { return HTTPGetWithin(ns, url, requestTimeout) }
+
+// HTTPGetWithin is HTTPGet with a timeout of its own, shorter for requests
+// meant to reach nothing.
+func HTTPGetWithin(ns *NetNS, url string, timeout time.Duration) Request {
 	client := &http.Client{
-		Timeout:   2 * time.Second,
+		Timeout:   timeout,
 		Transport: &http.Transport{DialContext: ns.DialContext, DisableKeepAlives: true},
 	}
 	return func(ctx context.Context) (string, error) {
@@ -52,14 +63,14 @@ func HTTPGet(ns *NetNS, url string) Request {
 // Banner connects from ns to addr and reads the "220 <pod>" greeting.
 func Banner(ns *NetNS, addr string) Request {
 	return func(ctx context.Context) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
 		conn, err := ns.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return "", err
 		}
 		defer func() { _ = conn.Close() }()
-		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		_ = conn.SetDeadline(time.Now().Add(requestTimeout))
 		line, err := bufio.NewReader(conn).ReadString('\n')
 		if err != nil {
 			return "", fmt.Errorf("reading the greeting: %w", err)
@@ -100,7 +111,7 @@ func PostgresServer(ns *NetNS, dsn string, podOf func(ip string) string) Request
 		connector.Dialer(nsDialer{ns})
 		db := sql.OpenDB(connector)
 		defer func() { _ = db.Close() }()
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 2*requestTimeout)
 		defer cancel()
 		var ip string
 		if err := db.QueryRowContext(ctx, "SELECT host(inet_server_addr())").Scan(&ip); err != nil {
@@ -113,17 +124,22 @@ func PostgresServer(ns *NetNS, dsn string, podOf func(ip string) string) Request
 // Tally counts where requests landed.
 type Tally struct {
 	Total, Failed int
+	// Slow counts the successful requests that took over a second.
+	Slow int
 	// Landed counts successful requests per pod.
 	Landed map[string]int
 	// Errors holds the first few failures.
 	Errors []string
 }
 
-func (t *Tally) add(pod string, err error) {
+func (t *Tally) add(pod string, err error, took time.Duration) {
 	if t.Landed == nil {
 		t.Landed = map[string]int{}
 	}
 	t.Total++
+	if err == nil && took > slow {
+		t.Slow++
+	}
 	if err != nil {
 		t.Failed++
 		if len(t.Errors) < 5 {
@@ -141,6 +157,7 @@ func (t *Tally) Merge(o Tally) {
 	}
 	t.Total += o.Total
 	t.Failed += o.Failed
+	t.Slow += o.Slow
 	for k, v := range o.Landed {
 		t.Landed[k] += v
 	}
@@ -163,6 +180,9 @@ func (t Tally) String() string {
 		parts = append(parts, fmt.Sprintf("%s=%d", p, t.Landed[p]))
 	}
 	s := fmt.Sprintf("%d/%d failed; landed %s", t.Failed, t.Total, strings.Join(parts, " "))
+	if t.Slow > 0 {
+		s += fmt.Sprintf("; %d slow (over %s)", t.Slow, slow)
+	}
 	if len(t.Errors) > 0 {
 		s += fmt.Sprintf("; errors: %q", t.Errors)
 	}
@@ -201,9 +221,11 @@ func Send(ctx context.Context, req Request, n int) Tally {
 		go func() {
 			defer wg.Done()
 			for range jobs {
+				start := time.Now()
 				pod, err := req(ctx)
+				took := time.Since(start)
 				mu.Lock()
-				t.add(pod, err)
+				t.add(pod, err, took)
 				mu.Unlock()
 			}
 		}()
@@ -233,7 +255,9 @@ func StartLoop(ctx context.Context, req Request) *Loop {
 	go func() {
 		defer close(l.done)
 		for ctx.Err() == nil {
+			sent := time.Now()
 			pod, err := req(ctx)
+			took := time.Since(sent)
 			if ctx.Err() != nil {
 				return // cut short by Stop: not the data path's failure
 			}
@@ -241,7 +265,7 @@ func StartLoop(ctx context.Context, req Request) *Loop {
 				err = fmt.Errorf("at +%s: %w", time.Since(start).Round(time.Millisecond), err)
 			}
 			l.mu.Lock()
-			l.tally.add(pod, err)
+			l.tally.add(pod, err, took)
 			l.mu.Unlock()
 			time.Sleep(5 * time.Millisecond)
 		}
