@@ -167,10 +167,10 @@ func (ns *NetNS) Listen(addr string) (net.Listener, error) {
 }
 
 // DialContext connects from inside the namespace; it fits
-// http.Transport.DialContext and lib/pq's Dialer. A dial gives up after
-// 4 s (three SYNs) even without a deadline in ctx: http.Transport finishes the dials of
-// requests that timed out in the background, and a socket still sending SYNs
-// to an address that drops them would keep the namespace alive.
+// http.Transport.DialContext and lib/pq's Dialer. A dial gives up after 4 s
+// (three SYNs) even without a deadline in ctx: http.Transport finishes the
+// dials of requests that timed out in the background, and a socket still
+// sending SYNs to an address that drops them would keep the namespace alive.
 func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	var conn net.Conn
 	err := ns.Do(func() error {
