@@ -48,7 +48,7 @@ fmt: ## gofmt every Go file.
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module.
-	@for m in $(MODULES) hack/tools hack/helm; do (cd $$m && GOWORK=off go mod tidy); done
+	@for m in $(MODULES) hack/tools; do (cd $$m && GOWORK=off go mod tidy); done
 
 .PHONY: verify
 verify: ## Fail on stale generated code, gofmt, vet, tidy, version skew, import rules, library builds.

@@ -6,8 +6,6 @@ cd "$root"
 export GOTOOLCHAIN=local
 
 modules=(api probes endpoints controller agent test test/peers hack/tools)
-# hack/helm pins the Helm CLI outside go.work: tidied and nothing else.
-tool_modules=(hack/helm)
 libraries=(api probes endpoints)
 failed=()
 check() { # check NAME COMMAND...: run, remember the failure, go on
@@ -42,7 +40,7 @@ vet_all() {
 }
 tidy_all() {
   local m ok=0
-  for m in "${modules[@]}" "${tool_modules[@]}"; do
+  for m in "${modules[@]}"; do
     (cd "$m" && GOWORK=off go mod tidy -diff) || { echo "$m: go.mod/go.sum not tidy (run make tidy)"; ok=1; }
   done
   return $ok
