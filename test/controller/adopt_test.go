@@ -84,7 +84,7 @@ func TestConflictingServiceIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	cond := condition(t, ctx, ns, "legacy")
-	eventually(t, 20*time.Second, "conflict reported", func() error {
+	harness.Eventually(t, 20*time.Second, "conflict reported", func() error {
 		c, err := cond()
 		if err != nil {
 			return err
@@ -121,7 +121,7 @@ func TestAdoptionKeepsClusterIPAndWaitsForAgentSlices(t *testing.T) {
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "Service adopted", func() error {
+	harness.Eventually(t, 20*time.Second, "Service adopted", func() error {
 		got, err := getService(ctx, ns, "shop")
 		if err != nil {
 			return err
@@ -150,7 +150,7 @@ func TestAdoptionKeepsClusterIPAndWaitsForAgentSlices(t *testing.T) {
 		endpoint("shop-0", "uid-shop-0", "10.244.9.1", node, true))); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "built-in slice removed", func() error {
+	harness.Eventually(t, 20*time.Second, "built-in slice removed", func() error {
 		err := controlPlane.Client.Get(ctx, client.ObjectKeyFromObject(builtin), &discoveryv1.EndpointSlice{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("built-in slice still there (%v)", err)
@@ -177,7 +177,7 @@ func TestAdoptionOfAServiceWithoutPodsIsImmediate(t *testing.T) {
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "built-in slice removed at once", func() error {
+	harness.Eventually(t, 20*time.Second, "built-in slice removed at once", func() error {
 		err := controlPlane.Client.Get(ctx, client.ObjectKeyFromObject(builtin), &discoveryv1.EndpointSlice{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("built-in slice still there (%v)", err)
@@ -194,7 +194,7 @@ func TestImmutableFieldChangeIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	var svc *corev1.Service
-	eventually(t, 20*time.Second, "child Service created", func() (err error) {
+	harness.Eventually(t, 20*time.Second, "child Service created", func() (err error) {
 		svc, err = getService(ctx, ns, "fixed")
 		return err
 	})
@@ -205,7 +205,7 @@ func TestImmutableFieldChangeIsReported(t *testing.T) {
 		}
 	})
 	cond := condition(t, ctx, ns, "fixed")
-	eventually(t, 20*time.Second, "rejection reported", func() error {
+	harness.Eventually(t, 20*time.Second, "rejection reported", func() error {
 		c, err := cond()
 		if err != nil {
 			return err

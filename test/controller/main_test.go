@@ -10,7 +10,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -143,20 +142,6 @@ func newResource(ns, name string) *swhv1alpha1.ServiceWithHealthchecks {
 			},
 		},
 	}
-}
-
-// eventually polls check until it returns nil or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %v: %v", what, timeout, err)
 }
 
 func getService(ctx context.Context, ns, name string) (*corev1.Service, error) {

@@ -15,6 +15,7 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/app"
+	"github.com/swh-dev/swh/test/harness"
 )
 
 func TestChildServiceLifecycle(t *testing.T) {
@@ -28,7 +29,7 @@ func TestChildServiceLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	var svc *corev1.Service
-	eventually(t, 20*time.Second, "child Service created", func() (err error) {
+	harness.Eventually(t, 20*time.Second, "child Service created", func() (err error) {
 		svc, err = getService(ctx, ns, "web")
 		return err
 	})
@@ -48,7 +49,7 @@ func TestChildServiceLifecycle(t *testing.T) {
 	if svc.Spec.ClusterIP == "" || svc.Spec.Ports[0].TargetPort != intstr.FromInt32(8080) {
 		t.Errorf("Service spec %+v", svc.Spec)
 	}
-	eventually(t, 20*time.Second, "status reports the Service", func() error {
+	harness.Eventually(t, 20*time.Second, "status reports the Service", func() error {
 		got := getResource(t, ctx, ns, "web")
 		c := meta.FindStatusCondition(got.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
 		if c == nil || c.Status != metav1.ConditionTrue || got.Status.ClusterIP != svc.Spec.ClusterIP || got.Status.ObservedGeneration != got.Generation {
@@ -61,7 +62,7 @@ func TestChildServiceLifecycle(t *testing.T) {
 	updateResource(t, ctx, ns, "web", func(got *swhv1alpha1.ServiceWithHealthchecks) {
 		got.Labels = map[string]string{"tier": "front"}
 	})
-	eventually(t, 20*time.Second, "labels follow", func() error {
+	harness.Eventually(t, 20*time.Second, "labels follow", func() error {
 		svc, err := getService(ctx, ns, "web")
 		if err != nil {
 			return err
@@ -155,7 +156,7 @@ func TestServiceFieldsCarriedOver(t *testing.T) {
 			if err := controlPlane.Client.Create(ctx, swh); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 20*time.Second, "child Service created", func() error { _, err := getService(ctx, ns, name); return err })
+			harness.Eventually(t, 20*time.Second, "child Service created", func() error { _, err := getService(ctx, ns, name); return err })
 			if tt.name == "cluster IP chosen by the user" {
 				// A cluster IP can only be chosen at creation: delete and
 				// recreate (the Service too, as the garbage collector would).
@@ -171,7 +172,7 @@ func TestServiceFieldsCarriedOver(t *testing.T) {
 			} else {
 				updateResource(t, ctx, ns, name, func(got *swhv1alpha1.ServiceWithHealthchecks) { tt.mutate(&got.Spec) })
 			}
-			eventually(t, 20*time.Second, "Service follows", func() error {
+			harness.Eventually(t, 20*time.Second, "Service follows", func() error {
 				svc, err := getService(ctx, ns, name)
 				if err != nil {
 					return err
@@ -223,7 +224,7 @@ func TestSteadyStateMakesNoWrites(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 30*time.Second, "every resource settled", func() error {
+	harness.Eventually(t, 30*time.Second, "every resource settled", func() error {
 		swhs := &swhv1alpha1.ServiceWithHealthchecksList{}
 		if err := controlPlane.Client.List(ctx, swhs, client.InNamespace(ns)); err != nil {
 			return err

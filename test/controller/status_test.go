@@ -56,7 +56,7 @@ func TestStatusAggregatesSlicesOfAllNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, "status aggregated", func() error {
+	harness.Eventually(t, 20*time.Second, "status aggregated", func() error {
 		st := getResource(t, ctx, ns, "mail").Status
 		want := []swhv1alpha1.PortStatus{
 			{Name: "web", Port: 80, Protocol: corev1.ProtocolTCP, ReadyEndpoints: 2, TotalEndpoints: 3},
@@ -89,7 +89,7 @@ func TestStatusAggregatesSlicesOfAllNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 20*time.Second, "no endpoint available", func() error {
+	harness.Eventually(t, 20*time.Second, "no endpoint available", func() error {
 		st := getResource(t, ctx, ns, "mail").Status
 		c := meta.FindStatusCondition(st.Conditions, swhv1alpha1.ConditionEndpointsAvailable)
 		if c == nil || c.Status != metav1.ConditionFalse || st.Ready != "0/3" {
@@ -113,7 +113,7 @@ func TestStaleSlicesAreCollected(t *testing.T) {
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "child Service created", func() error { _, err := getService(ctx, ns, "app"); return err })
+	harness.Eventually(t, 20*time.Second, "child Service created", func() error { _, err := getService(ctx, ns, "app"); return err })
 	ep := func(node string) discoveryv1.Endpoint {
 		return endpoint("p-"+node, "u-"+node, "10.244.3.1", node, true)
 	}
@@ -140,7 +140,7 @@ func TestStaleSlicesAreCollected(t *testing.T) {
 		}
 		return err == nil, err
 	}
-	eventually(t, 20*time.Second, "stale slices deleted", func() error {
+	harness.Eventually(t, 20*time.Second, "stale slices deleted", func() error {
 		for _, s := range []*discoveryv1.EndpointSlice{ofGoneNode, ofGonePort, ofGoneFamily} {
 			if ok, err := exists(s); ok || err != nil {
 				return fmt.Errorf("%s still exists (%v)", s.Name, err)
@@ -165,7 +165,7 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	first := startController(t, opts)
 	lease := &coordinationv1.Lease{}
 	var leader string
-	eventually(t, 30*time.Second, "a leader is elected", func() error {
+	harness.Eventually(t, 30*time.Second, "a leader is elected", func() error {
 		if err := controlPlane.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "swh-controller-test"}, lease); err != nil {
 			return err
 		}
@@ -179,7 +179,7 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	if err := controlPlane.Client.Create(ctx, newResource(ns, "one")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the leader creates the Service", func() error { _, err := getService(ctx, ns, "one"); return err })
+	harness.Eventually(t, 20*time.Second, "the leader creates the Service", func() error { _, err := getService(ctx, ns, "one"); return err })
 	if w := second.counter(t, "swh_controller_service_writes_total", nil); w != 0 {
 		t.Errorf("the standby replica wrote %v Services", w)
 	}
@@ -188,7 +188,7 @@ func TestOnlyTheLeaderActs(t *testing.T) {
 	if err := controlPlane.Client.Create(ctx, newResource(ns, "two")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the standby takes over", func() error {
+	harness.Eventually(t, 30*time.Second, "the standby takes over", func() error {
 		if _, err := getService(ctx, ns, "two"); err != nil {
 			return err
 		}

@@ -190,17 +190,3 @@ func impersonating(sa string) (*rest.Config, *forbiddenLog) {
 	})
 	return cfg, log
 }
-
-// eventually polls check until it returns nil or the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after %v: %v", what, timeout, err)
-}

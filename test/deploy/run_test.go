@@ -109,7 +109,7 @@ func TestControllerAsServiceAccount(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"fresh", "adopted"} {
-		eventually(t, time.Minute, name+" synced", func() error {
+		harness.Eventually(t, time.Minute, name+" synced", func() error {
 			swh := &swhv1alpha1.ServiceWithHealthchecks{}
 			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swh); err != nil {
 				return err
@@ -134,7 +134,7 @@ func TestControllerAsServiceAccount(t *testing.T) {
 		}
 	}
 
-	eventually(t, 30*time.Second, "the controller holds the Lease and recorded it", func() error {
+	harness.Eventually(t, 30*time.Second, "the controller holds the Lease and recorded it", func() error {
 		lease := &coordinationv1.Lease{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "swh-controller"}, lease); err != nil {
 			return err
@@ -220,7 +220,7 @@ func TestAgentAsServiceAccount(t *testing.T) {
 		service, pod string
 		ready        bool
 	}{{"web", "web-0", true}, {"db", "db-0", false}} {
-		eventually(t, time.Minute, fmt.Sprintf("the agent publishes %s with ready=%v", want.pod, want.ready), func() error {
+		harness.Eventually(t, time.Minute, fmt.Sprintf("the agent publishes %s with ready=%v", want.pod, want.ready), func() error {
 			list := &discoveryv1.EndpointSliceList{}
 			if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: want.service}); err != nil {
 				return err
@@ -235,7 +235,7 @@ func TestAgentAsServiceAccount(t *testing.T) {
 			return fmt.Errorf("%d slices, %s not in them with ready=%v", len(list.Items), want.pod, want.ready)
 		})
 	}
-	eventually(t, 30*time.Second, "a PostgreSQL probe got past reading its Secret", func() error {
+	harness.Eventually(t, 30*time.Second, "a PostgreSQL probe got past reading its Secret", func() error {
 		families, err := registry.Gather()
 		if err != nil {
 			return err
@@ -259,7 +259,7 @@ func TestAgentAsServiceAccount(t *testing.T) {
 		}
 		return errors.New("no PostgreSQL probe result yet")
 	})
-	eventually(t, 30*time.Second, "the agent records an event", func() error {
+	harness.Eventually(t, 30*time.Second, "the agent records an event", func() error {
 		list := &corev1.EventList{}
 		if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
 			return err

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"database/sql"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -239,7 +238,7 @@ func TestPostgresPrimaryReplicaAndPromotion(t *testing.T) {
 	if err := primary.Exec(ctx, "CREATE TABLE marks (v text); INSERT INTO marks VALUES ('streamed')"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, func() error {
+	harness.Eventually(t, 30*time.Second, "the row reaches the replica", func() error {
 		return replica.Exec(ctx, "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM marks WHERE v = 'streamed') THEN RAISE EXCEPTION 'not yet'; END IF; END $$")
 	})
 
@@ -309,17 +308,4 @@ func get(t *testing.T, url string) int {
 	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode
-}
-
-func waitFor(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = check(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatal(fmt.Errorf("not true after %v: %w", timeout, err))
 }
