@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -90,12 +91,12 @@ func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.Serv
 		if c.ready {
 			note := fmt.Sprintf("pod %s on node %s is ready on %s", c.pod.name, p.NodeName, portClause(ports, ""))
 			logger.Info("endpoint ready", "pod", c.pod.name, "ports", ports)
-			p.Recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointReady", "PublishEndpoints", "%s", note)
+			p.Recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointReady", "PublishEndpoints", "%s", eventNote(note))
 			continue
 		}
 		note := fmt.Sprintf("pod %s on node %s is not ready on %s", c.pod.name, p.NodeName, notReadyClauses(ports, why[c.pod.uid]))
 		logger.Info("endpoint not ready", "pod", c.pod.name, "note", note)
-		p.Recorder.Eventf(swh, related, corev1.EventTypeWarning, "EndpointNotReady", "PublishEndpoints", "%s", note)
+		p.Recorder.Eventf(swh, related, corev1.EventTypeWarning, "EndpointNotReady", "PublishEndpoints", "%s", eventNote(note))
 	}
 }
 
@@ -151,10 +152,10 @@ type podPort struct {
 	port string
 }
 
-func readiness(slices []discoveryv1.EndpointSlice) map[podPort]bool {
+func readiness(list []discoveryv1.EndpointSlice) map[podPort]bool {
 	out := map[podPort]bool{}
-	for i := range slices {
-		s := &slices[i]
+	for i := range list {
+		s := &list[i]
 		port := ""
 		if len(s.Ports) > 0 && s.Ports[0].Name != nil {
 			port = *s.Ports[0].Name
@@ -168,4 +169,21 @@ func readiness(slices []discoveryv1.EndpointSlice) map[podPort]bool {
 		}
 	}
 	return out
+}
+
+// maxNoteBytes is the API server's limit on an events.k8s.io note; a longer
+// one is refused and the event lost.
+const maxNoteBytes = 1024
+
+// eventNote cuts a note to maxNoteBytes on a rune boundary, marking the cut.
+func eventNote(note string) string {
+	if len(note) <= maxNoteBytes {
+		return note
+	}
+	const mark = "…"
+	cut := maxNoteBytes - len(mark)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + mark
 }

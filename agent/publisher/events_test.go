@@ -1,7 +1,10 @@
 package publisher
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,6 +67,40 @@ func TestNotReadyClauses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := notReadyClauses(tt.ports, tt.why); got != tt.want {
 				t.Errorf("got %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEventNoteFitsTheAPILimit(t *testing.T) {
+	ports := make([]string, 12)
+	why := map[string]string{}
+	for i := range ports {
+		ports[i] = fmt.Sprintf("port-%02d", i)
+		why[ports[i]] = fmt.Sprintf("TCP probe on %d: refused: dial tcp 10.244.1.5:%d: connect: connection refused — ünïcode", 8000+i, 8000+i)
+	}
+	long := "pod p on node n is not ready on " + notReadyClauses(ports, why)
+	tests := []struct {
+		name string
+		note string
+		cut  bool
+	}{
+		{"short notes stay as they are", "pod p on node n is ready on port \"web\"", false},
+		{"exactly the limit", strings.Repeat("x", maxNoteBytes), false},
+		{"twelve ports with their own reasons", long, true},
+		{"multi-byte runes at the limit", strings.Repeat("é", maxNoteBytes), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := eventNote(tt.note)
+			if len(got) > maxNoteBytes || !utf8.ValidString(got) {
+				t.Fatalf("%d bytes, valid UTF-8 %t", len(got), utf8.ValidString(got))
+			}
+			if cut := got != tt.note; cut != tt.cut {
+				t.Errorf("cut %t, want %t (input %d bytes)", cut, tt.cut, len(tt.note))
+			}
+			if tt.cut && (!strings.HasSuffix(got, "…") || !strings.HasPrefix(tt.note, strings.TrimSuffix(got, "…"))) {
+				t.Errorf("not a marked prefix: %q", got[len(got)-20:])
 			}
 		})
 	}

@@ -75,11 +75,14 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		return ctrl.Result{}, fmt.Errorf("reading %s: %w", req.NamespacedName, err)
 	}
 	svc := &corev1.Service{}
-	if err := p.Client.Get(ctx, req.NamespacedName, svc); err != nil || !controlledBy(svc, swh) {
+	if err := p.Client.Get(ctx, req.NamespacedName, svc); err != nil && !apierrors.IsNotFound(err) {
+		// A failed read says nothing about the Service: keep probing.
+		return ctrl.Result{}, fmt.Errorf("reading the Service of %s: %w", req.NamespacedName, err)
+	} else if err != nil || !controlledBy(svc, swh) {
 		// No child Service yet (or not ours): slices need it as owner.
 		// Its creation brings the resource back.
 		p.removeTargets(req.NamespacedName, nil)
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, nil
 	}
 	node := &corev1.Node{}
 	if err := p.Client.Get(ctx, types.NamespacedName{Name: p.NodeName}, node); err != nil {
@@ -144,7 +147,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		return ctrl.Result{}, fmt.Errorf("planning the slices of %s: %w", req.NamespacedName, err)
 	}
 	for _, c := range changes.Collisions {
-		p.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, "SliceNameTaken", "PublishEndpoints", "%s", c.String())
+		p.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, "SliceNameTaken", "PublishEndpoints", "%s", eventNote(c.String()))
 	}
 	changedAt, hadChange := p.state.takeChanged(req.NamespacedName)
 	if changes.Empty() {
@@ -155,6 +158,10 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		trigger = changedAt
 	}
 	if err := p.write(ctx, req.NamespacedName, changes, trigger); err != nil {
+		if hadChange {
+			// The retry's writes carry the same trigger and delay.
+			p.state.restoreChanged(req.NamespacedName, changedAt)
+		}
 		return ctrl.Result{}, err
 	}
 	if hadChange {

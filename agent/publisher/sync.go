@@ -105,8 +105,8 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 		owner := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{
 			Namespace: r.Key.Resource.Namespace, Name: r.Key.Resource.Name, UID: o.owner}}
 		owner.SetGroupVersionKind(swhv1alpha1.GroupVersion.WithKind("ServiceWithHealthchecks"))
-		p.Recorder.Eventf(owner, nil, corev1.EventTypeWarning, "ProbeMisconfigured", "Probe",
-			"probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.NodeName, r.Result.Message)
+		p.Recorder.Eventf(owner, nil, corev1.EventTypeWarning, "ProbeMisconfigured", "Probe", "%s",
+			eventNote(fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.NodeName, r.Result.Message)))
 	}
 	if o.flipped {
 		p.Metrics.transition()

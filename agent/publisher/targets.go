@@ -108,6 +108,16 @@ func (s *state) takeChanged(resource types.NamespacedName) (time.Time, bool) {
 	return t, ok
 }
 
+// restoreChanged puts back a change time takeChanged returned, when the
+// write it was for failed, unless an earlier one is pending.
+func (s *state) restoreChanged(resource types.NamespacedName, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, pending := s.changed[resource]; !pending || at.Before(t) {
+		s.changed[resource] = at
+	}
+}
+
 // keysOf lists the targets of a resource.
 func (s *state) keysOf(resource types.NamespacedName) []targetKey {
 	s.mu.Lock()
