@@ -11,6 +11,16 @@ ci=${CI:-false}
 
 step() { echo; echo ">> $*"; }
 
+# What this script made and must remove, whatever way it ends.
+own_policy=""
+testbin=""
+cleanup() {
+  [ -n "$own_policy" ] && rm -f "$own_policy"
+  [ -n "$testbin" ] && rm -rf "$testbin"
+  own_policy="" testbin=""
+}
+trap cleanup EXIT
+
 step "dependencies: PostgreSQL server, iproute2, unshare, nftables and iptables (kube-proxy's modes in the e2e suite)"
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null || missing+=(postgresql)
@@ -21,12 +31,16 @@ command -v iptables >/dev/null || missing+=(iptables)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]} from Debian's packages"
-    # Keep the package's own cluster from starting: the tests start theirs.
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    # Keep the package's own cluster from starting (the tests start theirs)
+    # with a policy-rc.d, unless the machine has one already (Debian's
+    # container images do): that one stays as it is.
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+      own_policy=/usr/sbin/policy-rc.d
+    fi
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    rm -f /usr/sbin/policy-rc.d
+    cleanup
   else
     echo "missing: ${missing[*]}; install with: sudo apt-get install -y ${missing[*]}"
     if [ "$ci" = true ]; then exit 1; fi
@@ -37,7 +51,7 @@ step "control plane, generators and helm (bin/, built once from source)"
 hack/build-tools.sh kube-apiserver etcd controller-gen helm
 
 step "downloading modules (the network namespace has no registry)"
-for m in api probes endpoints controller agent test hack/tools; do (cd "$m" && go mod download); done
+for m in api probes endpoints controller agent test test/peers hack/tools; do (cd "$m" && go mod download); done
 
 step "unit tests of every module"
 for m in api probes endpoints controller agent; do
@@ -48,12 +62,14 @@ step "compiling the integration suites"
 # Compile and link only: running them (even with -run '^$', TestMain runs)
 # must happen inside the namespace.
 testbin=$(mktemp -d)
-trap 'rm -rf "$testbin"' EXIT
 (cd test && go vet ./... && go test -c -o "$testbin/" ./...)
 
 step "integration suites inside a private network namespace"
 # test/e2e runs below, once per kube-proxy mode (make e2e).
 hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m $(go list ./... | grep -v "/test/e2e$")'
+# test/peers is a module of its own (it needs k8s.io/kubernetes for kubelet's
+# probers): a short run of the comparison, on its own loopback.
+hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test/peers && go test -count=1 ./...'
 
 step "end-to-end suite: upstream kube-proxy and kube-controller-manager carry real requests"
 make --no-print-directory e2e
