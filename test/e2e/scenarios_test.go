@@ -303,9 +303,7 @@ func TestMigration(t *testing.T) {
 		return ours == 2
 	})
 	// Keep the loop going over the new slices for a while.
-	for loop.Snapshot().Total < 300 {
-		time.Sleep(50 * time.Millisecond)
-	}
+	awaitRequests(t, loop, 300)
 	f.loopResult("client loop through the adoption", took, loop.Stop(), "shop-a", "shop-b")
 	after := f.service("shop", func(*corev1.Service) bool { return true })
 	if after.Spec.ClusterIP != plain.Spec.ClusterIP || after.Spec.Selector != nil {
@@ -347,10 +345,7 @@ func TestAgentRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Let the new agent probe and sync before the next restart.
-		before := loop.Snapshot().Total
-		for loop.Snapshot().Total < before+100 {
-			time.Sleep(50 * time.Millisecond)
-		}
+		awaitRequests(t, loop, loop.Snapshot().Total+100)
 	}
 	f.loopResult("client loop through a restart of every agent (one killed)", time.Since(start), loop.Stop(), want...)
 }
@@ -398,5 +393,22 @@ func TestNodeLost(t *testing.T) {
 	// Check the Node is gone for good (nothing recreated it).
 	if err := f.c().Get(f.ctx, types.NamespacedName{Name: lost.Name}, &corev1.Node{}); err == nil {
 		t.Errorf("node %s is back", lost.Name)
+	}
+}
+
+// awaitRequests waits until loop has sent n requests; a loop that stopped
+// (its context ended) fails the test with its tally instead of hanging.
+func awaitRequests(t *testing.T, loop *Loop, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		tally := loop.Snapshot()
+		if tally.Total >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the client loop sent %d of %d requests in 2 minutes (%d failed)", tally.Total, n, tally.Failed)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
