@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -524,7 +525,7 @@ func runClient(opts options, command string) error {
 func sendCommand(socket, command string) (string, error) {
 	conn, err := net.DialTimeout("unix", socket, 5*time.Second)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, errConnRefused) {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return "", fmt.Errorf("no sandbox is running with control socket %s (start one with make run)", socket)
 		}
 		return "", fmt.Errorf("reaching the sandbox: %w", err)

@@ -25,8 +25,6 @@ import (
 // tmpPrefix starts the name of the run's temporary folder.
 const tmpPrefix = "swh-sandbox-"
 
-var errConnRefused = syscall.ECONNREFUSED
-
 // runHost is the sandbox's host side: it opens the host port and the
 // control socket, starts the inner process in a private network and PID
 // namespace (hack/netns.sh) with both handed over, shows the live view and,

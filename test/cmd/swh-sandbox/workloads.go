@@ -36,7 +36,10 @@ type nodeSpec struct {
 	name, zone string
 }
 
-var nodeSpecs = []nodeSpec{{"node-1", "zone-a"}, {"node-2", "zone-b"}, {"node-3", "zone-c"}}
+// nodeSpecs are the sandbox's simulated nodes.
+func nodeSpecs() []nodeSpec {
+	return []nodeSpec{{"node-1", "zone-a"}, {"node-2", "zone-b"}, {"node-3", "zone-c"}}
+}
 
 // backendKind is what serves a container port.
 type backendKind int
@@ -120,7 +123,7 @@ type sandbox struct {
 
 func newSandbox(cp *harness.ControlPlane, opts options) *sandbox {
 	s := &sandbox{cp: cp, opts: opts}
-	for _, n := range nodeSpecs {
+	for _, n := range nodeSpecs() {
 		s.nodes = append(s.nodes, &node{nodeSpec: n})
 	}
 	return s
