@@ -29,6 +29,20 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 	w.seen = append(w.seen, text)
 }
 
+// warningClient returns an admin client that records the API server's
+// warnings in the returned warnings.
+func warningClient(t *testing.T) (client.Client, *warnings) {
+	t.Helper()
+	w := &warnings{}
+	cfg := rest.CopyConfig(controlPlane.Config)
+	cfg.WarningHandler = w
+	c, err := client.New(cfg, client.Options{Scheme: controlPlane.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, w
+}
+
 // TestManifestsApplyDryRun applies every object of the plain manifests with
 // server-side apply and dryRun=All, after the Namespace (labelled to enforce
 // the restricted Pod Security Standard) and the CRD are in place for real,
@@ -39,13 +53,7 @@ func TestManifestsApplyDryRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	w := &warnings{}
-	cfg := rest.CopyConfig(controlPlane.Config)
-	cfg.WarningHandler = w
-	c, err := client.New(cfg, client.Options{Scheme: controlPlane.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, w := warningClient(t)
 	first := ofKind(objs, "Namespace", "CustomResourceDefinition")
 	if len(first) != 2 {
 		t.Fatalf("want the Namespace and the CRD in the manifests, found %d of them", len(first))

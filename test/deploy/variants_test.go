@@ -13,8 +13,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/swh-dev/swh/test/harness"
 )
@@ -86,13 +84,7 @@ func TestChartVariants(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w := &warnings{}
-	cfg := rest.CopyConfig(controlPlane.Config)
-	cfg.WarningHandler = w
-	c, err := client.New(cfg, client.Options{Scheme: controlPlane.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, w := warningClient(t)
 	var others []*unstructured.Unstructured
 	for _, o := range objs {
 		if o.GetKind() != "ServiceMonitor" {
