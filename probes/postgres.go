@@ -55,6 +55,15 @@ type PostgreSQLConfig struct {
 	// ServerName is the name verify-full checks and the SNI sent; empty
 	// means the target host (a pod IP then needs an IP SAN).
 	ServerName string
+	// AllowCleartextPassword lets the prober answer a server that asks for
+	// the password in clear text (password authentication) over a
+	// connection whose server is not verified (sslmode disable, or require
+	// without CACert). Off, such a request fails the probe with ReasonAuth
+	// before the password is sent: whoever answers on the target's address
+	// would otherwise receive it. MD5 and SCRAM-SHA-256 never send the
+	// password itself and are always answered; over verify-ca or
+	// verify-full (or require with CACert) cleartext is answered too.
+	AllowCleartextPassword bool
 	// ApplicationName shows in pg_stat_activity and the server log;
 	// "swh-probe" by default.
 	ApplicationName string
