@@ -57,7 +57,7 @@ func classify(ctx context.Context, err error) Reason {
 		hostErr    x509.HostnameError
 		invalidErr x509.CertificateInvalidError
 		tlsErr     *tlsPhaseError
-		protoErr   *protocolError
+		refused    *streamError
 		opErr      *net.OpError
 		netErr     net.Error
 	)
@@ -68,8 +68,8 @@ func classify(ctx context.Context, err error) Reason {
 		return ReasonCanceled
 	case errors.As(err, &dnsErr):
 		return ReasonDNS
-	case errors.As(err, &protoErr):
-		return ReasonProtocol
+	case errors.As(err, &refused):
+		return refused.reason
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return ReasonRefused
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),

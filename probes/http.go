@@ -21,6 +21,16 @@ import (
 // everything would let a huge or endless body hold the probe.
 const DefaultMaxBodyBytes = 10 << 10
 
+// Bounds on what an HTTP probe reads and keeps of a response. The transport
+// reads at most maxResponseHeaderBytes of status line and header fields
+// (1xx responses included) and the prober at most MaxBodyBytes of the body;
+// crypto/tls bounds handshake messages (64 KiB, certificates 256 KiB).
+const (
+	maxResponseHeaderBytes = 64 << 10
+	maxStatusBytes         = 128 // of the status line kept in results
+	maxLocationBytes       = 256 // of a redirect's Location kept in results
+)
+
 // Header is one HTTP request header field.
 type Header struct {
 	Name  string
@@ -156,7 +166,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPProber, error) {
 		TLSClientConfig:        tlsConfig,
 		DisableKeepAlives:      true,
 		DisableCompression:     true, // no Accept-Encoding: the body is discarded anyway
-		MaxResponseHeaderBytes: 64 << 10,
+		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	return p, nil
 }
@@ -327,7 +337,8 @@ func (p *HTTPProber) Probe(ctx context.Context, target Target) Result {
 	var statusErr *StatusError
 	read := int64(0)
 	if !p.codes.Contains(resp.StatusCode) {
-		statusErr = &StatusError{Code: resp.StatusCode, Status: resp.Status, Expected: p.codes, Location: resp.Header.Get("Location")}
+		statusErr = &StatusError{Code: resp.StatusCode, Status: cutText(resp.Status, maxStatusBytes), Expected: p.codes,
+			Location: cutText(resp.Header.Get("Location"), maxLocationBytes)}
 		if p.maxBody > 0 {
 			statusErr.Body, read = bodySnippet(resp.Body, min(p.maxBody, 256))
 		}
@@ -341,7 +352,7 @@ func (p *HTTPProber) Probe(ctx context.Context, target Target) Result {
 	if statusErr != nil {
 		return fail(start, ReasonHTTPStatus, statusErr)
 	}
-	return pass(start, "HTTP "+resp.Status)
+	return pass(start, "HTTP "+cutText(resp.Status, maxStatusBytes))
 }
 
 // bodySnippet reads up to n bytes and returns them as printable text.
@@ -365,8 +376,13 @@ func classifyHTTP(ctx context.Context, err error) Reason {
 		// net/http does not export its protocol errors.
 		msg := err.Error()
 		if strings.Contains(msg, "malformed HTTP") || strings.Contains(msg, "server response headers exceeded") ||
-			strings.Contains(msg, "HTTP/1.x transport connection broken") {
+			strings.Contains(msg, "HTTP/1.x transport connection broken") ||
+			// a chunked body's framing (net/http/internal)
+			strings.Contains(msg, "header line too long") || strings.Contains(msg, "chunk") {
 			return ReasonProtocol
+		}
+		if strings.HasPrefix(msg, "tls: ") { // crypto/tls's untyped handshake errors
+			return ReasonTLS
 		}
 	}
 	return reason

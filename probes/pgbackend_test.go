@@ -2,9 +2,11 @@ package probes
 
 import (
 	"bufio"
+	"crypto/md5"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +23,7 @@ import (
 type pgBackend struct {
 	tls        *tls.Config // nil: answer 'N' to SSLRequest
 	password   string      // "" accepts anyone without authentication
+	md5        bool        // ask for the password with MD5 instead of in clear text
 	fatal      string      // SQLSTATE of a FATAL error sent right after startup
 	column     *pgColumn   // the result of any query; nil: no columns
 	queryError string      // SQLSTATE of an error sent in answer to the query
@@ -106,13 +109,20 @@ func (b *pgBackend) session(c net.Conn) string {
 	w := bufio.NewWriter(conn)
 	defer w.Flush()
 	if b.password != "" {
-		writeMsg(w, 'R', binary.BigEndian.AppendUint32(nil, 3)) // cleartext password
+		want := b.password
+		if b.md5 {
+			salt := []byte{1, 2, 3, 4}
+			writeMsg(w, 'R', append(binary.BigEndian.AppendUint32(nil, 5), salt...))
+			want = "md5" + md5Hex(md5Hex(b.password+params["user"])+string(salt))
+		} else {
+			writeMsg(w, 'R', binary.BigEndian.AppendUint32(nil, 3)) // cleartext password
+		}
 		w.Flush()
 		typ, msg, err := readMsg(r)
 		if err != nil || typ != 'p' {
 			return "no password"
 		}
-		if got := splitCStrings(msg); len(got) != 1 || got[0] != b.password {
+		if got := splitCStrings(msg); len(got) != 1 || got[0] != want {
 			writeError(w, "FATAL", "28P01", "password authentication failed")
 			return "wrong password"
 		}
@@ -210,6 +220,11 @@ func writeMsg(w *bufio.Writer, typ byte, body []byte) {
 func writeError(w *bufio.Writer, severity, code, msg string) {
 	body := fmt.Sprintf("S%s\x00V%s\x00C%s\x00M%s\x00\x00", severity, severity, code, msg)
 	writeMsg(w, 'E', []byte(body))
+}
+
+func md5Hex(s string) string {
+	sum := md5.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
 }
 
 // splitCStrings splits NUL-terminated strings, up to the first empty one.

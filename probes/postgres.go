@@ -81,6 +81,7 @@ type PostgreSQLProber struct {
 	query, appName         string
 	tls                    *tls.Config // nil for sslmode disable
 	verifyName             bool        // verify-full: check the certificate names the server
+	cleartextOK            bool        // answer a request for the password in clear text
 	serverName             string
 	dialer                 Dialer
 }
@@ -119,6 +120,10 @@ func NewPostgreSQL(cfg PostgreSQLConfig) (*PostgreSQLProber, error) {
 		return nil, err
 	}
 	p.verifyName = cfg.SSLMode == SSLVerifyFull
+	// Only a verified server may see the password itself: without
+	// verification, whoever answers on the target's address would.
+	verified := cfg.SSLMode == SSLVerifyFull || cfg.SSLMode == SSLVerifyCA || (cfg.SSLMode == SSLRequire && len(cfg.CACert) > 0)
+	p.cleartextOK = verified || cfg.AllowCleartextPassword
 	return p, nil
 }
 
@@ -157,7 +162,7 @@ func timeoutMillis(d time.Duration) int64 {
 }
 
 // Probe logs in to target, runs the query and checks its first column.
-func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) Result {
+func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) (res Result) {
 	ctx, cancel, start, err := begin(ctx, target)
 	defer cancel()
 	if err != nil {
@@ -168,6 +173,14 @@ func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) Result {
 	guard := &connGuard{}
 	stop := context.AfterFunc(ctx, guard.abort)
 	defer stop()
+	defer func() {
+		// pq parses what the server sends; a server that finds a bug
+		// in it must fail this probe, not crash the process.
+		if r := recover(); r != nil {
+			guard.abort()
+			res = fail(start, ReasonProtocol, fmt.Errorf("postgresql: the client library failed on the server's answer: %v", r))
+		}
+	}()
 	connector, err := pq.NewConnectorConfig(p.pqConfig(target, time.Until(deadline)))
 	if err != nil {
 		return fail(start, ReasonError, fmt.Errorf("postgresql: %w", err))
@@ -176,7 +189,7 @@ func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) Result {
 	conn, err := connector.Connect(ctx)
 	if err != nil {
 		guard.abort() // pq closes on most failures, not all
-		return failPostgres(ctx, start, "connect", err)
+		return failPostgres(ctx, start, "connect", guard.refusalOr(err))
 	}
 	defer conn.Close()
 	// pq clears the socket deadline after the handshake; the query phase
@@ -185,7 +198,7 @@ func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) Result {
 
 	value, rowsSeen, err := runQuery(ctx, conn, p.query)
 	if err != nil {
-		return failPostgres(ctx, start, "query", err)
+		return failPostgres(ctx, start, "query", guard.refusalOr(err))
 	}
 	switch {
 	case !rowsSeen:
@@ -198,9 +211,14 @@ func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) Result {
 
 // failPostgres returns the failure of a phase ("connect" or "query"). When
 // the probe's context has ended, the message starts with that: the error
-// itself then often only says that the socket was closed under pq.
+// itself then often only says that the socket was closed under pq. An error
+// the server reported reads as the prober's words for its reason, then the
+// server's: the wording of one SQLSTATE varies between servers and limits.
 func failPostgres(ctx context.Context, start time.Time, phase string, err error) Result {
 	reason := classifyPostgres(ctx, err, phase == "query")
+	if pqErr := pq.As(err); pqErr != nil {
+		err = &serverError{words: serverWords(reason), err: err, code: string(pqErr.Code), text: pqErr.Message}
+	}
 	if ctxErr := ctx.Err(); ctxErr != nil && !errors.Is(err, ctxErr) {
 		err = fmt.Errorf("postgresql: %s: %w (%w)", phase, ctxErr, err)
 	} else {
@@ -258,6 +276,26 @@ type connGuard struct {
 	conn    net.Conn
 	claimed bool // a dial started: pq gets one connection per probe
 	aborted bool // the probe's context ended
+	stream  *pgStream
+}
+
+func (g *connGuard) setStream(s *pgStream) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.stream = s
+}
+
+// refusalOr returns the message the stream refused, which caused err, or
+// err: what pq makes of a refused read says little.
+func (g *connGuard) refusalOr(err error) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stream != nil {
+		if r := g.stream.refusal(); r != nil {
+			return r
+		}
+	}
+	return err
 }
 
 // claim reports whether this is the probe's first dial.

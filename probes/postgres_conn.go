@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -51,7 +50,9 @@ func (d *pgDialer) DialContext(ctx context.Context, network, address string) (ne
 			return nil, &tlsPhaseError{err}
 		}
 	}
-	return &firstMessageCheck{Conn: conn}, nil
+	stream := newPGStream(conn, d.prober.cleartextOK)
+	d.guard.setStream(stream)
+	return stream, nil
 }
 
 // sslRequest is PostgreSQL's SSLRequest message: length 8, code 80877103.
@@ -148,51 +149,3 @@ func verifyChain(cs tls.ConnectionState, roots *x509.CertPool) error {
 	_, err := cs.PeerCertificates[0].Verify(opts)
 	return err
 }
-
-// firstMessageCheck checks the header of the server's first message before
-// lib/pq sees it. pq allocates a buffer of whatever length a message header
-// claims: a PostgreSQL probe aimed at an HTTP port would read "HTTP/" as a
-// message of 1.4 GB. After one sane header the server has shown it speaks
-// the protocol, and bytes pass through untouched.
-type firstMessageCheck struct {
-	net.Conn
-	header [5]byte
-	seen   int
-}
-
-// maxFirstMessage bounds the first message: an authentication request, an
-// error or a protocol negotiation, all small.
-const maxFirstMessage = 64 << 10
-
-func (c *firstMessageCheck) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	if c.seen < len(c.header) && n > 0 {
-		c.seen += copy(c.header[c.seen:], b[:n])
-		if c.seen == len(c.header) {
-			if perr := checkFirstHeader(c.header); perr != nil {
-				return 0, perr
-			}
-		}
-	}
-	return n, err
-}
-
-func checkFirstHeader(h [5]byte) error {
-	length := binary.BigEndian.Uint32(h[1:])
-	switch h[0] {
-	case 'E':
-		// An error; pq caps its length itself, and reads an overlong
-		// one as the plain text a server sends when it cannot fork.
-		return nil
-	case 'R', 'N', 'v': // authentication, notice, protocol negotiation
-		if length >= 4 && length <= maxFirstMessage {
-			return nil
-		}
-	}
-	return &protocolError{fmt.Sprintf("the server's first message starts with %q: not a PostgreSQL server?", h[:])}
-}
-
-// protocolError is a server answer in the wrong protocol.
-type protocolError struct{ msg string }
-
-func (e *protocolError) Error() string { return e.msg }

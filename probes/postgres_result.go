@@ -58,6 +58,39 @@ func classifyPostgres(ctx context.Context, err error, query bool) Reason {
 	return reason
 }
 
+// serverWords says what an error the server reported means, for a reason
+// classifyPostgres gave it.
+func serverWords(r Reason) string {
+	switch r {
+	case ReasonAuth:
+		return "authentication failed"
+	case ReasonDBMissing:
+		return "the database does not exist"
+	case ReasonTooManyConnections:
+		return "the server has no connection slot left for this login"
+	case ReasonUnavailable:
+		return "the server is starting up, shutting down or recovering"
+	case ReasonTimeout:
+		return "the query ran past statement_timeout"
+	case ReasonQueryError:
+		return "the query failed"
+	}
+	return "the server refused the login"
+}
+
+// serverError is an error the server reported: the prober's words for its
+// reason, its SQLSTATE and the server's own text.
+type serverError struct {
+	words, code, text string
+	err               error
+}
+
+func (e *serverError) Error() string {
+	return fmt.Sprintf("%s (SQLSTATE %s): %s", e.words, e.code, e.text)
+}
+
+func (e *serverError) Unwrap() error { return e.err }
+
 // truthy reports whether the first column of a probe query passes. NULL,
 // false, zero and the words false, f, 0, no and off (any case, surrounding
 // space ignored) are false; everything else is true.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // DefaultTimeout bounds a probe whose context carries no deadline. It matches
@@ -71,11 +73,18 @@ const (
 	ReasonError         Reason = "error"          // anything else; see Message and Err
 )
 
+// MaxMessageBytes bounds a Result's Message: probers cut longer messages
+// (a server's error text can be long, or hostile) on a UTF-8 boundary and
+// end them with "…", and the Scheduler does the same to results of any
+// Prober before delivering them, so a message can be stored, logged and put
+// into a Kubernetes event (whose note holds 1 KiB) as it is.
+const MaxMessageBytes = 1024
+
 // Result says what one probe found.
 type Result struct {
 	Status  Status
 	Reason  Reason
-	Message string        // human-readable detail; never empty
+	Message string        // human-readable detail; never empty; at most MaxMessageBytes
 	Latency time.Duration // from the start of the probe to its end, close included
 	Err     error         // the underlying error of a failure, for errors.Is/As; nil on success
 }
@@ -139,9 +148,36 @@ func begin(ctx context.Context, t Target) (context.Context, context.CancelFunc, 
 }
 
 func pass(start time.Time, msg string) Result {
-	return Result{Status: Success, Reason: ReasonOK, Message: msg, Latency: time.Since(start)}
+	return Result{Status: Success, Reason: ReasonOK, Message: cutMessage(msg), Latency: time.Since(start)}
 }
 
 func fail(start time.Time, reason Reason, err error) Result {
-	return Result{Status: Failure, Reason: reason, Message: err.Error(), Latency: time.Since(start), Err: err}
+	return Result{Status: Failure, Reason: reason, Message: cutMessage(err.Error()), Latency: time.Since(start), Err: err}
+}
+
+// cutMessage bounds a message to MaxMessageBytes; see cutText.
+func cutMessage(msg string) string { return cutText(msg, MaxMessageBytes) }
+
+// cutText bounds s to n bytes, cutting on a rune boundary and marking the
+// cut; invalid UTF-8 is dropped and control characters (a hostile server's
+// bytes) become spaces, so the text stays one printable line.
+func cutText(s string, n int) string {
+	const mark = "…"
+	if len(s) > n {
+		cut := n - len(mark)
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + mark
+	}
+	if strings.IndexFunc(s, unicode.IsControl) < 0 && utf8.ValidString(s) {
+		return s
+	}
+	s = strings.ToValidUTF8(s, "")
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
 }

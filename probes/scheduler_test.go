@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -524,6 +525,31 @@ func TestSchedulerCancelsOnRemoveAndUpdate(t *testing.T) {
 		defer mu.Unlock()
 		if ended["removed"] != 100*time.Millisecond || ended["updated"] != 100*time.Millisecond || ended["kept"] != 200*time.Millisecond {
 			t.Errorf("probes ended at %v; want the removed and updated ones canceled at once, the other at shutdown", ended)
+		}
+	})
+}
+
+// TestSchedulerCutsMessages bounds the message of any Prober's result, so
+// that OnResult can store, log or publish it as it is.
+func TestSchedulerCutsMessages(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c collector[string]
+		s := newScheduler(t, SchedulerOptions[string]{OnResult: c.add, NoJitter: true})
+		long := ProberFunc(func(context.Context, Target) Result {
+			return Result{Status: Failure, Reason: ReasonError, Message: "bad\x00line\n" + string(make([]byte, 100_000))}
+		})
+		if err := s.Add("a", Job{Prober: long, Target: fakeTarget, Period: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		stop := start(t, s)
+		time.Sleep(500 * time.Millisecond)
+		stop()
+		got := c.of("a")
+		if len(got) != 1 {
+			t.Fatalf("%d reports", len(got))
+		}
+		if msg := got[0].Result.Message; len(msg) > MaxMessageBytes || !strings.HasPrefix(msg, "bad line ") || !strings.HasSuffix(msg, "…") {
+			t.Errorf("message of %d bytes: %.20q…%q", len(msg), msg, msg[max(0, len(msg)-6):])
 		}
 	})
 }

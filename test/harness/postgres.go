@@ -33,6 +33,9 @@ type PostgresOptions struct {
 	MaxConnections int
 	// TLS enables SSL with this server certificate when set.
 	TLS *Issued
+	// HBA lines come first in pg_hba.conf (the first match wins), before
+	// the defaults: trust on the socket, scram-sha-256 over TCP.
+	HBA []string
 	// Within, when set, runs the start of every PostgreSQL program (initdb,
 	// pg_basebackup, the server), for example inside a pod's network
 	// namespace. It must call start and return its error.
@@ -81,7 +84,7 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		return nil, p.fail(err)
 	}
-	hba := strings.Join([]string{
+	hba := strings.Join(append(opts.HBA[:len(opts.HBA):len(opts.HBA)],
 		"local all all trust",
 		"local replication all trust",
 		"host all all 0.0.0.0/0 scram-sha-256",
@@ -89,7 +92,7 @@ func StartPostgres(ctx context.Context, opts PostgresOptions) (*Postgres, error)
 		"host replication all 0.0.0.0/0 scram-sha-256",
 		"host replication all ::/0 scram-sha-256",
 		"",
-	}, "\n")
+	), "\n")
 	if err := p.writeOwned(filepath.Join(p.dataDir(), "pg_hba.conf"), []byte(hba), 0o600); err != nil {
 		return nil, p.fail(err)
 	}

@@ -3,7 +3,6 @@ package probes_test
 import (
 	"context"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
@@ -75,8 +74,4 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func containsFold(s, sub string) bool {
-	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
 }

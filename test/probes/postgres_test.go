@@ -228,9 +228,12 @@ func TestPostgreSQLTooManyConnections(t *testing.T) {
 	}
 	t.Logf("the role holds %d sessions", len(held))
 
+	// The server words SQLSTATE 53300 after the limit it hit ("sorry, too
+	// many clients already", "remaining connection slots are reserved…");
+	// the prober's own words come first and do not change.
 	res := expect(t, app, tgt, probes.Failure, probes.ReasonTooManyConnections)
-	if !containsFold(res.Message, "connection") {
-		t.Errorf("message %q says nothing of connections", res.Message)
+	if want := "postgresql: connect: the server has no connection slot left for this login (SQLSTATE 53300): "; !strings.HasPrefix(res.Message, want) {
+		t.Errorf("message %q does not start with %q", res.Message, want)
 	}
 	// The superuser's reserved slot: free once the backends of the refused
 	// logins above have exited (each holds a slot for a moment).
@@ -345,5 +348,61 @@ func TestPostgreSQLTLS(t *testing.T) {
 			}
 			expect(t, newPostgreSQL(t, tt.cfg), tgt, want, tt.reason)
 		})
+	}
+}
+
+// TestPostgreSQLCleartextPassword points probes at a server that asks the
+// role "clear" for its password in clear text (pg_hba method password): the
+// prober refuses to send it unless the server is verified or cleartext is
+// allowed explicitly; scram-sha-256 roles are unaffected.
+func TestPostgreSQLCleartextPassword(t *testing.T) {
+	harness.RequireNetworkSandbox(t)
+	ctx := testContext(t)
+	ca, err := harness.NewCA("swh-probes-cleartext-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const addr = "10.244.37.10"
+	cert, err := ca.Issue(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: addr, TLS: cert, HBA: []string{
+		"host all clear 0.0.0.0/0 password",
+	}})
+	if err := pg.Exec(ctx, "CREATE ROLE clear LOGIN PASSWORD 'clear-password'"); err != nil {
+		t.Fatal(err)
+	}
+	tgt := target(t, pg.Addr())
+	clear := probes.PostgreSQLConfig{User: "clear", Password: "clear-password"}
+	mode := func(cfg probes.PostgreSQLConfig, m string, caPEM []byte, allow bool) probes.PostgreSQLConfig {
+		return with(cfg, func(c *probes.PostgreSQLConfig) { c.SSLMode, c.CACert, c.AllowCleartextPassword = m, caPEM, allow })
+	}
+	tests := []struct {
+		name   string
+		cfg    probes.PostgreSQLConfig
+		reason probes.Reason
+	}{
+		{"disable: refused", mode(clear, probes.SSLDisable, nil, false), probes.ReasonAuth},
+		{"require without a CA: refused", mode(clear, probes.SSLRequire, nil, false), probes.ReasonAuth},
+		{"disable, allowed explicitly", mode(clear, probes.SSLDisable, nil, true), probes.ReasonOK},
+		{"verify-ca", mode(clear, probes.SSLVerifyCA, ca.PEM, false), probes.ReasonOK},
+		{"verify-full", mode(clear, probes.SSLVerifyFull, ca.PEM, false), probes.ReasonOK},
+		{"scram-sha-256 without TLS", mode(superuser(pg), probes.SSLDisable, nil, false), probes.ReasonOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := probes.Success
+			if tt.reason != probes.ReasonOK {
+				want = probes.Failure
+			}
+			res := expect(t, newPostgreSQL(t, tt.cfg), tgt, want, tt.reason)
+			if want == probes.Failure && !strings.Contains(res.Message, "password in clear text") {
+				t.Errorf("message %q does not say why", res.Message)
+			}
+		})
+	}
+	if strings.Contains(pg.Log(), "password authentication failed") {
+		t.Errorf("the server saw a wrong password")
 	}
 }
