@@ -32,6 +32,16 @@
 //     verify-full, certificates in memory), runs a query and passes when it
 //     completes and its first column, if any, is not false.
 //
+// # Hostile servers
+//
+// A probe costs a bounded amount of memory and time whatever the server
+// sends: the context's deadline closes the socket in any phase; HTTP reads
+// at most 64 KiB of headers and a few KiB of body; PostgreSQL checks every
+// message before lib/pq parses it (lengths, the whole answer, SCRAM
+// iterations) and sends a password in clear text only to a verified server
+// unless PostgreSQLConfig.AllowCleartextPassword is set. A Result's Message
+// holds at most MaxMessageBytes.
+//
 // # Thresholds and scheduling
 //
 // A Tracker applies success and failure thresholds to consecutive results,
