@@ -68,6 +68,9 @@ func (s *state) observe(key targetKey, res probes.Result, now time.Time) (o obse
 		return observation{}, false
 	}
 	o = observation{newReason: t.last.Reason != res.Reason, owner: t.owner, pod: t.pod, mode: t.mode}
+	// The underlying error is not kept: it may hold much more than the
+	// message (a server's whole error), once per target of the node.
+	res.Err = nil
 	t.last = res
 	_, o.flipped = t.tracker.Observe(res.Status)
 	if o.flipped {
