@@ -218,7 +218,7 @@ const (
 // first column, if any, is not false. "SELECT NOT pg_is_in_recovery()" passes
 // on the primary only.
 //
-// +kubebuilder:validation:XValidation:rule="!(self.tlsMode in ['verify-ca', 'verify-full']) || (has(self.authSecretName) && self.authSecretName.size() > 0)",message="tlsMode verify-ca and verify-full need authSecretName: the CA certificate is read from that Secret's caCert key",fieldPath=.authSecretName
+// +kubebuilder:validation:XValidation:rule="!has(self.tlsMode) || !(self.tlsMode in ['verify-ca', 'verify-full']) || (has(self.authSecretName) && self.authSecretName.size() > 0)",message="tlsMode verify-ca and verify-full need authSecretName: the CA certificate is read from that Secret's caCert key",fieldPath=.authSecretName
 type PostgreSQLProbe struct {
 	// TargetPort is the pod port to connect to: a number or a container port name.
 	// +required
@@ -242,15 +242,27 @@ type PostgreSQLProbe struct {
 	Query string `json:"query,omitempty"`
 
 	// AuthSecretName names a Secret of any type in the resource's namespace
-	// with the keys user and password, and optionally caCert, clientCert and
-	// clientKey (PEM).
+	// with the keys user and password, and optionally tlsMode, caCert,
+	// clientCert and clientKey (PEM).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	AuthSecretName string `json:"authSecretName,omitempty"`
 
 	// TLSMode is the sslmode: disable, require, verify-ca or verify-full.
+	// Unset, the tlsMode key of the Secret applies, else disable; set, it
+	// wins over the Secret's (the agent reports the conflict).
 	// +optional
-	// +kubebuilder:default=disable
 	TLSMode PostgreSQLTLSMode `json:"tlsMode,omitempty"`
+
+	// InsecureAllowCleartextPassword sends the password when the server
+	// asks for it in clear text (password authentication) over a connection
+	// whose server is not verified: tlsMode disable, or require without a
+	// caCert. Whoever answers on the pod's address then receives the
+	// password. Off (the default), such a request fails the probe with
+	// reason auth before the password leaves the agent; MD5 and
+	// SCRAM-SHA-256, which never send the password itself, and cleartext
+	// over a verified server (verify-ca, verify-full) always work.
+	// +optional
+	InsecureAllowCleartextPassword bool `json:"insecureAllowCleartextPassword,omitempty"`
 }

@@ -113,7 +113,9 @@ spec:
 		{"probes[0].http.expectedStatusCodes", strings.Join(hc.Probes[0].HTTP.ExpectedStatusCodes, ","), "200-399"},
 		{"probes[1].postgreSQL.dbName", hc.Probes[1].PostgreSQL.DBName, "postgres"},
 		{"probes[1].postgreSQL.query", hc.Probes[1].PostgreSQL.Query, "SELECT 1"},
-		{"probes[1].postgreSQL.tlsMode", string(hc.Probes[1].PostgreSQL.TLSMode), "disable"},
+		// No default: unset, the Secret's tlsMode applies, else disable.
+		{"probes[1].postgreSQL.tlsMode", string(hc.Probes[1].PostgreSQL.TLSMode), ""},
+		{"probes[1].postgreSQL.insecureAllowCleartextPassword", hc.Probes[1].PostgreSQL.InsecureAllowCleartextPassword, false},
 		{"probes[2].tcp.targetPort", hc.Probes[2].TCP.TargetPort.String(), "http"},
 	}
 	for _, c := range checks {
