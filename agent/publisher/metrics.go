@@ -18,6 +18,7 @@ type Metrics struct {
 	sliceWrites   *prometheus.CounterVec
 	writeDelay    prometheus.Histogram
 	targets       prometheus.Gauge
+	secretReads   *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -49,8 +50,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "swh_agent_targets",
 			Help: "Probe targets (probe x pod) running on this node.",
 		}),
+		secretReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_secret_reads_total",
+			Help: "Reads of PostgreSQL credentials Secrets by outcome; after an error the last credentials read stay in use.",
+		}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets} {
+	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets, m.secretReads} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering the agent's metrics: %w", err)
 		}
@@ -102,5 +107,11 @@ func (m *Metrics) observeDelay(d time.Duration) {
 func (m *Metrics) setTargets(n int) {
 	if m != nil {
 		m.targets.Set(float64(n))
+	}
+}
+
+func (m *Metrics) secretRead(outcome string) {
+	if m != nil {
+		m.secretReads.WithLabelValues(outcome).Inc()
 	}
 }

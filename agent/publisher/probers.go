@@ -3,15 +3,16 @@ package publisher
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -24,40 +25,53 @@ const (
 	// ReasonConfig: the probe's configuration cannot make a prober (a CA
 	// bundle that does not parse, say).
 	ReasonConfig probes.Reason = "config"
-	// ReasonSecret: the credentials Secret or one of its keys is missing.
+	// ReasonSecret: the credentials Secret cannot be read (and none was
+	// before), or one of its keys is missing or invalid.
 	ReasonSecret probes.Reason = "secret"
 	// ReasonNoPort: the probe's named targetPort names no port of the pod.
 	ReasonNoPort probes.Reason = "no-port"
 )
 
-// Keys of the PostgreSQL credentials Secret (any type: a generic Secret works).
+// Keys of the PostgreSQL credentials Secret (any type: a generic Secret
+// works), those of the original product's Secrets.
 const (
 	secretUser       = "user"
 	secretPassword   = "password"
+	secretTLSMode    = "tlsMode"
 	secretCACert     = "caCert"
 	secretClientCert = "clientCert"
 	secretClientKey  = "clientKey"
 )
 
 // proberFactory turns probe specs into probers. PostgreSQL credentials are
-// read from their Secret when a probe needs them and kept for a short time,
-// so the agent never lists or watches Secrets.
+// read from their Secret when a probe needs them and kept in a cache, so
+// the agent never lists or watches Secrets.
 type proberFactory struct {
-	reader    client.Reader
-	secretTTL time.Duration
-
-	mu      sync.Mutex
-	secrets map[types.NamespacedName]cachedSecret
+	secrets *secretCache
+	// conflicts are the tlsMode conflicts reported (see reportTLSConflicts).
+	conflicts *tlsConflicts
 }
 
-type cachedSecret struct {
-	data    map[string][]byte
-	err     error
-	fetched time.Time
+func newProberFactory(secrets *secretCache) *proberFactory {
+	return &proberFactory{secrets: secrets, conflicts: newTLSConflicts()}
 }
 
-func newProberFactory(reader client.Reader, secretTTL time.Duration) *proberFactory {
-	return &proberFactory{reader: reader, secretTTL: secretTTL, secrets: map[types.NamespacedName]cachedSecret{}}
+// Probers builds probers from probe specs exactly as the agent does,
+// PostgreSQL credentials included. The agent makes its own; Probers lets
+// tests drive them against real servers and a real API server.
+type Probers struct {
+	f *proberFactory
+}
+
+// NewProbers returns probers that read PostgreSQL credentials through
+// reader and refresh them at most once per Secret per secretTTL.
+func NewProbers(reader client.Reader, secretTTL time.Duration) *Probers {
+	return &Probers{f: newProberFactory(newSecretCache(reader, secretTTL, logr.Discard(), nil))}
+}
+
+// Build returns the prober of one probe of a resource in namespace ns.
+func (p *Probers) Build(ns string, probe *swhv1alpha1.Probe) probes.Prober {
+	return p.f.build(ns, probe)
 }
 
 // specOf identifies a probe's configuration: a changed spec restarts its
@@ -114,41 +128,19 @@ func (f *proberFactory) build(ns string, p *swhv1alpha1.Probe) probes.Prober {
 	return failing(ReasonConfig, fmt.Sprintf("probe mode %q has no configuration", p.Mode))
 }
 
-// postgreSQL returns a prober that reads its credentials at probe time and
-// rebuilds the library prober when they change, so a Secret created or
-// rotated after the resource takes effect without a restart.
+// postgreSQL returns a prober that resolves its configuration at probe
+// time and rebuilds the library prober when it changes, so a Secret created
+// or rotated after the resource takes effect without a restart.
 func (f *proberFactory) postgreSQL(ns string, spec *swhv1alpha1.PostgreSQLProbe) probes.Prober {
 	var mu sync.Mutex
 	var current probes.Prober
-	var currentFor string
+	var currentFor [sha256.Size]byte
 	return probes.ProberFunc(func(ctx context.Context, target probes.Target) probes.Result {
-		cfg := probes.PostgreSQLConfig{
-			DBName:  spec.DBName,
-			Query:   spec.Query,
-			SSLMode: string(spec.TLSMode),
-			User:    "postgres",
+		cfg, failed := f.postgreSQLConfig(ctx, ns, spec)
+		if failed != nil {
+			return *failed
 		}
-		if cfg.SSLMode == "" {
-			cfg.SSLMode = probes.SSLDisable
-		}
-		if spec.AuthSecretName != "" {
-			data, err := f.secret(ctx, types.NamespacedName{Namespace: ns, Name: spec.AuthSecretName})
-			if err != nil {
-				return probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: err.Error(), Err: err}
-			}
-			user, ok := data[secretUser]
-			if !ok || len(user) == 0 {
-				msg := fmt.Sprintf("Secret %s/%s has no %q key", ns, spec.AuthSecretName, secretUser)
-				return probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
-			}
-			cfg.User = string(user)
-			cfg.Password = string(data[secretPassword])
-			cfg.CACert, cfg.ClientCert, cfg.ClientKey = data[secretCACert], data[secretClientCert], data[secretClientKey]
-		}
-		// The fingerprint covers the credentials without keeping them in
-		// clear in one more place.
-		sum := sha256.Sum256([]byte(strings.Join([]string{cfg.User, cfg.Password, string(cfg.CACert), string(cfg.ClientCert), string(cfg.ClientKey)}, "\x00")))
-		fingerprint := string(sum[:])
+		fingerprint := fingerprintOf(cfg)
 		mu.Lock()
 		if current == nil || currentFor != fingerprint {
 			pr, err := probes.NewPostgreSQL(cfg)
@@ -164,25 +156,69 @@ func (f *proberFactory) postgreSQL(ns string, spec *swhv1alpha1.PostgreSQLProbe)
 	})
 }
 
-// secret returns a Secret's data, read at most once per TTL.
-func (f *proberFactory) secret(ctx context.Context, key types.NamespacedName) (map[string][]byte, error) {
-	f.mu.Lock()
-	c, ok := f.secrets[key]
-	f.mu.Unlock()
-	if ok && time.Since(c.fetched) < f.secretTTL {
-		return c.data, c.err
+// postgreSQLConfig resolves a probe's configuration. The credentials come
+// from the Secret; the TLS mode from the spec, else from the Secret's
+// tlsMode key (the original product's manifests keep it there), else
+// disable. failed is set when the probe cannot run.
+func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *swhv1alpha1.PostgreSQLProbe) (cfg probes.PostgreSQLConfig, failed *probes.Result) {
+	cfg = probes.PostgreSQLConfig{
+		DBName:                 spec.DBName,
+		Query:                  spec.Query,
+		User:                   "postgres",
+		AllowCleartextPassword: spec.InsecureAllowCleartextPassword,
 	}
-	s := &corev1.Secret{}
-	err := f.reader.Get(ctx, key, s)
-	switch {
-	case apierrors.IsNotFound(err):
-		err = fmt.Errorf("Secret %s not found", key)
-	case err != nil:
-		err = fmt.Errorf("reading Secret %s: %w", key, err)
+	mode := string(spec.TLSMode)
+	if spec.AuthSecretName != "" {
+		key := types.NamespacedName{Namespace: ns, Name: spec.AuthSecretName}
+		data, err := f.secrets.get(ctx, key)
+		if err != nil {
+			return cfg, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: err.Error(), Err: err}
+		}
+		user, ok := data[secretUser]
+		if !ok || len(user) == 0 {
+			msg := fmt.Sprintf("Secret %s has no %q key", key, secretUser)
+			return cfg, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
+		}
+		if secretMode, ok := tlsModeIn(data); ok {
+			if !validTLSMode(secretMode) {
+				// %.40q: the value is the user's and may be long.
+				msg := fmt.Sprintf("Secret %s: key %q is %.40q, not one of disable, require, verify-ca, verify-full", key, secretTLSMode, secretMode)
+				return cfg, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
+			}
+			if mode == "" {
+				mode = secretMode
+			}
+		}
+		cfg.User = string(user)
+		cfg.Password = string(data[secretPassword])
+		cfg.CACert, cfg.ClientCert, cfg.ClientKey = data[secretCACert], data[secretClientCert], data[secretClientKey]
 	}
-	c = cachedSecret{data: s.Data, err: err, fetched: time.Now()}
-	f.mu.Lock()
-	f.secrets[key] = c
-	f.mu.Unlock()
-	return c.data, c.err
+	if mode == "" {
+		mode = probes.SSLDisable
+	}
+	cfg.SSLMode = mode
+	return cfg, nil
+}
+
+func validTLSMode(mode string) bool {
+	switch swhv1alpha1.PostgreSQLTLSMode(mode) {
+	case swhv1alpha1.PostgreSQLTLSDisable, swhv1alpha1.PostgreSQLTLSRequire, swhv1alpha1.PostgreSQLTLSVerifyCA, swhv1alpha1.PostgreSQLTLSVerifyFull:
+		return true
+	}
+	return false
+}
+
+// fingerprintOf identifies a configuration without keeping the credentials
+// in clear in one more place. Each field is length-prefixed, so no two
+// configurations share a fingerprint by moving bytes between fields.
+func fingerprintOf(cfg probes.PostgreSQLConfig) [sha256.Size]byte {
+	h := sha256.New()
+	for _, field := range [][]byte{[]byte(cfg.DBName), []byte(cfg.Query), []byte(cfg.User), []byte(cfg.Password), []byte(cfg.SSLMode),
+		cfg.CACert, cfg.ClientCert, cfg.ClientKey, []byte(strconv.FormatBool(cfg.AllowCleartextPassword))} {
+		_ = binary.Write(h, binary.BigEndian, uint64(len(field)))
+		h.Write(field)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }

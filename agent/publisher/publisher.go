@@ -69,6 +69,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		if apierrors.IsNotFound(err) {
 			// The garbage collector removes the slices with the Service.
 			p.taken.forget(req.NamespacedName)
+			p.factory.conflicts.forget(req.NamespacedName)
 			p.removeTargets(req.NamespacedName, nil)
 			return ctrl.Result{}, nil
 		}
@@ -118,6 +119,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	adopted := func() []discoveryv1.EndpointSlice { return p.adoptedSlices(ctx, swh) }
 	p.syncTargets(req.NamespacedName, swh, pods, grouping, portNames, existing, adopted)
+	p.reportTLSConflicts(ctx, swh)
 
 	probeLabels := make([]string, len(probeSpecs))
 	for i := range probeSpecs {

@@ -34,7 +34,8 @@ type Options struct {
 	// module's default when zero.
 	MaxConcurrentProbes int
 	// SecretTTL is how long PostgreSQL credentials are reused before the
-	// Secret is read again; 30 s when zero.
+	// Secret is read again (in the background: probes keep the credentials
+	// they have, even while reads fail); 30 s when zero.
 	SecretTTL time.Duration
 	// SkipNameValidation lets one process run several agents (tests).
 	SkipNameValidation bool
@@ -52,7 +53,9 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	p.state = newState()
 	p.taken = newTakenNames()
 	p.reader = mgr.GetAPIReader()
-	p.factory = newProberFactory(mgr.GetAPIReader(), opts.SecretTTL)
+	secrets := newSecretCache(mgr.GetAPIReader(), opts.SecretTTL, mgr.GetLogger().WithName("secrets"), p.Metrics)
+	secrets.onTLSModeChange = p.secretTLSModeChanged
+	p.factory = newProberFactory(secrets)
 	// The publisher places each job itself (see phaseOf): no random jitter.
 	sched, err := probes.NewScheduler(probes.SchedulerOptions[targetKey]{OnResult: p.onResult, MaxConcurrent: opts.MaxConcurrentProbes, NoJitter: true})
 	if err != nil {

@@ -1,0 +1,224 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+const (
+	// secretReadTimeout bounds one read of a Secret: a hung API server
+	// must not keep a refresh, or the probes waiting for a first read,
+	// in flight for ever.
+	secretReadTimeout = 10 * time.Second
+	// secretIdle is how long an entry no probe reads survives. It exceeds
+	// the longest probe period (3600 s), so a slow probe's credentials stay
+	// known between its runs.
+	secretIdle = 2 * time.Hour
+)
+
+// secretCache holds the credentials Secrets the PostgreSQL probes read. A
+// probe with known credentials never waits on the API server: it gets the
+// last good data, and a read refreshes it in the background, at most once
+// per Secret per ttl. A failed refresh keeps the last good data (an API
+// server restart must not withdraw endpoints), except NotFound: the Secret
+// was deleted. A probe with no credentials yet waits for the one read in
+// flight of its Secret, however many probes ask at once.
+type secretCache struct {
+	reader  client.Reader
+	ttl     time.Duration
+	timeout time.Duration
+	idle    time.Duration
+	log     logr.Logger
+	metrics *Metrics
+	// onTLSModeChange, when set, is called (without the lock) after a read
+	// changed the tlsMode a Secret holds, its first read included.
+	onTLSModeChange func(types.NamespacedName)
+
+	mu      sync.Mutex
+	entries map[types.NamespacedName]*secretEntry
+	swept   time.Time
+}
+
+type secretEntry struct {
+	// data is the last good read, of secretKeys only; nil before the first
+	// success and after a NotFound.
+	data map[string][]byte
+	// err is the last read's failure; nil after a success.
+	err error
+	// attempted is when the last read started; used when a probe last
+	// asked.
+	attempted, used time.Time
+	// inflight is closed when the read in flight ends; nil when none is.
+	inflight chan struct{}
+	// failingSince is when the current streak of failed reads began.
+	failingSince time.Time
+}
+
+func newSecretCache(reader client.Reader, ttl time.Duration, log logr.Logger, m *Metrics) *secretCache {
+	return &secretCache{
+		reader: reader, ttl: ttl, timeout: secretReadTimeout, idle: max(secretIdle, 4*ttl),
+		log: log, metrics: m, entries: map[types.NamespacedName]*secretEntry{},
+	}
+}
+
+// get returns the data of a Secret (secretKeys only; callers must not
+// modify it).
+func (c *secretCache) get(ctx context.Context, key types.NamespacedName) (map[string][]byte, error) {
+	now := time.Now()
+	c.mu.Lock()
+	c.sweep(now)
+	e := c.entries[key]
+	if e == nil {
+		e = &secretEntry{}
+		c.entries[key] = e
+	}
+	e.used = now
+	due := e.inflight == nil && (e.attempted.IsZero() || now.Sub(e.attempted) >= c.ttl)
+	if due {
+		c.start(key, e, now)
+	}
+	if e.data != nil {
+		data := e.data
+		c.mu.Unlock()
+		return data, nil
+	}
+	done := e.inflight
+	if done == nil {
+		// The last read failed less than ttl ago: its answer stands.
+		err := e.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for Secret %s to be read: %w", key, ctx.Err())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.data != nil {
+		return e.data, nil
+	}
+	return nil, e.err
+}
+
+// tlsMode returns the tlsMode key of the last good read of a Secret,
+// without reading it or counting as a use.
+func (c *secretCache) tlsMode(key types.NamespacedName) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[key]; e != nil {
+		return tlsModeIn(e.data)
+	}
+	return "", false
+}
+
+// len is the number of Secrets held.
+func (c *secretCache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
+}
+
+// start begins a read of key; c.mu is held.
+func (c *secretCache) start(key types.NamespacedName, e *secretEntry, now time.Time) {
+	e.attempted = now
+	e.inflight = make(chan struct{})
+	go c.read(key, e)
+}
+
+// read runs off the probes' path, bounded by c.timeout whoever waits.
+func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	s := &corev1.Secret{}
+	err := c.reader.Get(ctx, key, s)
+
+	c.mu.Lock()
+	oldMode, hadMode := tlsModeIn(e.data)
+	outcome := "ok"
+	switch {
+	case err == nil:
+		e.data, e.err = keptKeys(s.Data), nil
+	case apierrors.IsNotFound(err):
+		outcome = "not-found"
+		e.data, e.err = nil, fmt.Errorf("Secret %s not found", key)
+	default:
+		outcome = "error"
+		e.err = fmt.Errorf("reading Secret %s: %w", key, err)
+	}
+	streakBegins := err != nil && e.failingSince.IsZero()
+	failedFor := time.Duration(0)
+	switch {
+	case streakBegins:
+		e.failingSince = e.attempted
+	case err == nil && !e.failingSince.IsZero():
+		failedFor = time.Since(e.failingSince)
+		e.failingSince = time.Time{}
+	}
+	kept := e.data != nil
+	newMode, hasMode := tlsModeIn(e.data)
+	close(e.inflight)
+	e.inflight = nil
+	c.mu.Unlock()
+
+	c.metrics.secretRead(outcome)
+	switch {
+	case streakBegins && outcome == "not-found":
+		c.log.Info("credentials Secret not found; its probes fail until it exists", "secret", key.String())
+	case streakBegins && kept:
+		c.log.Error(err, "reading a credentials Secret failed; the last credentials read stay in use until a read succeeds", "secret", key.String())
+	case streakBegins:
+		c.log.Error(err, "reading a credentials Secret failed; its probes fail until a read succeeds", "secret", key.String())
+	case failedFor > 0:
+		c.log.Info("credentials Secret read again", "secret", key.String(), "failingFor", failedFor.Round(time.Millisecond).String())
+	}
+	if (oldMode != newMode || hadMode != hasMode) && c.onTLSModeChange != nil {
+		c.onTLSModeChange(key)
+	}
+}
+
+// sweep drops, at most once per ttl, the Secrets no probe asked for in
+// c.idle: probes removed or edited leave nothing behind. c.mu is held.
+func (c *secretCache) sweep(now time.Time) {
+	if now.Sub(c.swept) < c.ttl {
+		return
+	}
+	c.swept = now
+	for key, e := range c.entries {
+		if e.inflight == nil && now.Sub(e.used) > c.idle {
+			delete(c.entries, key)
+		}
+	}
+}
+
+// keptKeys copies the keys the probes use: nothing else of a Secret stays
+// in memory. The result is never nil, so a Secret without data counts as
+// read.
+func keptKeys(data map[string][]byte) map[string][]byte {
+	keys := [...]string{secretUser, secretPassword, secretTLSMode, secretCACert, secretClientCert, secretClientKey}
+	out := make(map[string][]byte, len(keys))
+	for _, k := range keys {
+		if v, ok := data[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// tlsModeIn returns a Secret's tlsMode, spaces trimmed (a value written
+// from a file often ends with a newline); an empty value counts as unset.
+func tlsModeIn(data map[string][]byte) (string, bool) {
+	mode := strings.TrimSpace(string(data[secretTLSMode]))
+	return mode, mode != ""
+}

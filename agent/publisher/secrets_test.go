@@ -1,0 +1,343 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/probes"
+)
+
+// secretReader is a client.Reader of Secrets whose answer a test sets.
+type secretReader struct {
+	gets   atomic.Int64
+	mu     sync.Mutex
+	answer func(ctx context.Context) (map[string][]byte, error)
+}
+
+func (r *secretReader) set(answer func(ctx context.Context) (map[string][]byte, error)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.answer = answer
+}
+
+func (r *secretReader) Get(ctx context.Context, _ client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	r.gets.Add(1)
+	r.mu.Lock()
+	answer := r.answer
+	r.mu.Unlock()
+	data, err := answer(ctx)
+	if err == nil {
+		obj.(*corev1.Secret).Data = data
+	}
+	return err
+}
+
+func (r *secretReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("not supported")
+}
+
+func returns(data map[string][]byte, err error) func(context.Context) (map[string][]byte, error) {
+	return func(context.Context) (map[string][]byte, error) { return data, err }
+}
+
+// The Secret of these tests.
+const dbNamespace, dbName = "ns", "db"
+
+func testCredentials() map[string][]byte {
+	return map[string][]byte{"user": []byte("probe"), "password": []byte("pw"), "unrelated": []byte("big")}
+}
+
+// logLines collects what a logr.Logger writes.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.lines = append(l.lines, args)
+	}, funcr.Options{})
+}
+
+func (l *logLines) count(sub string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestSecretCacheCoalescesConcurrentReads(t *testing.T) {
+	dbKey, credentials := types.NamespacedName{Namespace: dbNamespace, Name: dbName}, testCredentials()
+	release := make(chan struct{})
+	r := &secretReader{}
+	r.set(func(context.Context) (map[string][]byte, error) { <-release; return credentials, nil })
+	c := newSecretCache(r, time.Minute, logr.Discard(), nil)
+	const probes = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, probes)
+	for range probes {
+		wg.Go(func() {
+			data, err := c.get(context.Background(), dbKey)
+			if err == nil && string(data["user"]) != "probe" {
+				err = errors.New("wrong data")
+			}
+			errs <- err
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // every probe is waiting
+	close(release)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.gets.Load(); n != 1 {
+		t.Errorf("%d concurrent probes of one Secret made %d reads, want 1", probes, n)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[dbKey].data["unrelated"]; ok {
+		t.Error("the cache keeps keys the probes do not use")
+	}
+}
+
+func TestSecretCacheKeepsCredentialsWhileReadsFail(t *testing.T) {
+	const ttl = 20 * time.Millisecond
+	dbKey, credentials := types.NamespacedName{Namespace: dbNamespace, Name: dbName}, testCredentials()
+	serverError := apierrors.NewInternalError(errors.New("etcd is sad"))
+	secretGone := apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, dbName)
+	r := &secretReader{}
+	r.set(returns(credentials, nil))
+	logs := &logLines{}
+	c := newSecretCache(r, ttl, logs.logger(), nil)
+	c.timeout = 5 * ttl // a hung read ends within the test
+	ctx := context.Background()
+	if _, err := c.get(ctx, dbKey); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		answer func(context.Context) (map[string][]byte, error)
+	}{
+		{"the API server answers 500", returns(nil, serverError)},
+		{"the API server does not answer", func(ctx context.Context) (map[string][]byte, error) { <-ctx.Done(); return nil, ctx.Err() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r.set(tc.answer)
+			before := r.gets.Load()
+			start := time.Now()
+			for time.Since(start) < 10*ttl {
+				asked := time.Now()
+				data, err := c.get(ctx, dbKey)
+				if err != nil || string(data["password"]) != "pw" {
+					t.Fatalf("after %v of failed reads: %v, %q", time.Since(start), err, data["password"])
+				}
+				if d := time.Since(asked); d > ttl {
+					t.Fatalf("a probe with known credentials waited %v", d)
+				}
+				time.Sleep(ttl / 4)
+			}
+			// At most one read per ttl, a slow one included.
+			if n := r.gets.Load() - before; n < 1 || n > 11 {
+				t.Errorf("%d reads in %v of a %v reuse period", n, time.Since(start), ttl)
+			}
+		})
+	}
+	if n := logs.count("reading a credentials Secret failed"); n != 1 {
+		t.Errorf("one failing streak logged %d times:\n%s", n, strings.Join(logs.lines, "\n"))
+	}
+
+	r.set(returns(credentials, nil))
+	waitFor(t, func() bool { _, err := c.get(ctx, dbKey); return err == nil && logs.count("read again") == 1 })
+
+	// A deleted Secret fails the probes: the user removed the credentials.
+	r.set(returns(nil, secretGone))
+	waitFor(t, func() bool {
+		_, err := c.get(ctx, dbKey)
+		return err != nil && err.Error() == "Secret ns/db not found"
+	})
+	if n := logs.count("not found"); n != 1 {
+		t.Errorf("a missing Secret logged %d times", n)
+	}
+}
+
+func TestSecretCacheFirstReadIsBoundedByTheProbe(t *testing.T) {
+	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
+	r := &secretReader{}
+	r.set(func(ctx context.Context) (map[string][]byte, error) { <-ctx.Done(); return nil, ctx.Err() })
+	c := newSecretCache(r, 10*time.Millisecond, logr.Discard(), nil)
+	c.timeout = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.get(ctx, dbKey)
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 150*time.Millisecond {
+		t.Fatalf("got %v after %v, want the probe's deadline", err, time.Since(start))
+	}
+	// The read itself ends at its own bound, and the next one can start.
+	waitFor(t, func() bool {
+		_, err := c.get(context.Background(), dbKey)
+		return err != nil && strings.Contains(err.Error(), "reading Secret ns/db")
+	})
+	r.set(returns(testCredentials(), nil))
+	waitFor(t, func() bool { _, err := c.get(context.Background(), dbKey); return err == nil })
+}
+
+func TestSecretCacheForgetsUnusedSecrets(t *testing.T) {
+	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
+	r := &secretReader{}
+	r.set(returns(testCredentials(), nil))
+	c := newSecretCache(r, time.Millisecond, logr.Discard(), nil)
+	c.idle = 20 * time.Millisecond
+	for i := range 50 {
+		if _, err := c.get(context.Background(), types.NamespacedName{Namespace: "ns", Name: string(rune('a' + i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(30 * time.Millisecond)
+	if _, err := c.get(context.Background(), dbKey); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.len(); n != 1 {
+		t.Errorf("%d Secrets held, want only the one still used", n)
+	}
+}
+
+func TestSecretCacheReportsTLSModeChanges(t *testing.T) {
+	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
+	r := &secretReader{}
+	var changes atomic.Int64
+	c := newSecretCache(r, time.Millisecond, logr.Discard(), nil)
+	c.onTLSModeChange = func(types.NamespacedName) { changes.Add(1) }
+	read := func(data map[string][]byte) {
+		t.Helper()
+		r.set(returns(data, nil))
+		n := r.gets.Load()
+		waitFor(t, func() bool { _, _ = c.get(context.Background(), dbKey); return r.gets.Load() > n+1 })
+	}
+	read(map[string][]byte{"user": []byte("u")})
+	read(map[string][]byte{"user": []byte("u"), "tlsMode": []byte("verify-full\n")})
+	read(map[string][]byte{"user": []byte("u"), "tlsMode": []byte("verify-full")})
+	if got, _ := c.tlsMode(dbKey); got != "verify-full" {
+		t.Errorf("tlsMode %q", got)
+	}
+	read(map[string][]byte{"user": []byte("u")})
+	// The callback runs after the read that made the change.
+	waitFor(t, func() bool { return changes.Load() >= 2 })
+	time.Sleep(10 * time.Millisecond)
+	if n := changes.Load(); n != 2 {
+		t.Errorf("%d tlsMode changes reported, want 2 (set, then removed)", n)
+	}
+}
+
+func TestPostgreSQLConfigTLSMode(t *testing.T) {
+	tests := []struct {
+		name       string
+		spec       swhv1alpha1.PostgreSQLTLSMode
+		secret     string // "" for no tlsMode key
+		want       string
+		wantReason probes.Reason
+	}{
+		{"neither sets one", "", "", "disable", ""},
+		{"the Secret's applies", "", "verify-full", "verify-full", ""},
+		{"trimmed", "", " verify-ca\n", "verify-ca", ""},
+		{"the spec wins", "require", "verify-full", "require", ""},
+		{"the spec alone", "verify-ca", "", "verify-ca", ""},
+		{"an invalid value fails", "", "prefer", "", ReasonSecret},
+		{"an invalid value fails even with the spec's", "require", "VERIFY-FULL", "", ReasonSecret},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data := map[string][]byte{"user": []byte("u")}
+			if tt.secret != "" {
+				data["tlsMode"] = []byte(tt.secret)
+			}
+			r := &secretReader{}
+			r.set(returns(data, nil))
+			f := newProberFactory(newSecretCache(r, time.Minute, logr.Discard(), nil))
+			spec := &swhv1alpha1.PostgreSQLProbe{AuthSecretName: "db", TLSMode: tt.spec, InsecureAllowCleartextPassword: true}
+			cfg, failed := f.postgreSQLConfig(context.Background(), "ns", spec)
+			switch {
+			case tt.wantReason != "":
+				if failed == nil || failed.Reason != tt.wantReason || !strings.Contains(failed.Message, `"tlsMode"`) {
+					t.Fatalf("got %+v, want a failure %s naming the key", failed, tt.wantReason)
+				}
+			case failed != nil:
+				t.Fatalf("failed: %+v", failed)
+			case cfg.SSLMode != tt.want || !cfg.AllowCleartextPassword || cfg.User != "u":
+				t.Errorf("got sslmode %q, cleartext %v, user %q; want %q, true, u", cfg.SSLMode, cfg.AllowCleartextPassword, cfg.User, tt.want)
+			}
+		})
+	}
+}
+
+func TestTLSConflictsReportedOncePerChange(t *testing.T) {
+	c := newTLSConflicts()
+	res := types.NamespacedName{Namespace: "ns", Name: "db"}
+	steps := []struct {
+		current map[int]string
+		want    []int
+	}{
+		{map[int]string{0: "a"}, []int{0}},
+		{map[int]string{0: "a"}, nil},
+		{map[int]string{0: "a", 2: "c"}, []int{2}},
+		{map[int]string{0: "b", 2: "c"}, []int{0}},
+		{map[int]string{}, nil},
+		{map[int]string{0: "b"}, []int{0}}, // back again: reported again
+	}
+	for i, s := range steps {
+		if got := c.update(res, s.current); !equalInts(got, s.want) {
+			t.Errorf("step %d: reported %v, want %v", i, got, s.want)
+		}
+	}
+	c.forget(res)
+	if len(c.reported) != 0 {
+		t.Error("a deleted resource's conflicts are kept")
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

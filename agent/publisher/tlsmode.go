@@ -1,0 +1,125 @@
+package publisher
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+)
+
+// tlsConflicts remembers, per resource and probe index, the tlsMode
+// conflict last reported, so that each is reported once per change rather
+// than once per probe or reconcile.
+type tlsConflicts struct {
+	mu       sync.Mutex
+	reported map[types.NamespacedName]map[int]string
+}
+
+func newTLSConflicts() *tlsConflicts {
+	return &tlsConflicts{reported: map[types.NamespacedName]map[int]string{}}
+}
+
+// update records a resource's current conflicts and returns the indexes of
+// those not reported yet, in order.
+func (c *tlsConflicts) update(resource types.NamespacedName, current map[int]string) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	before := c.reported[resource]
+	var fresh []int
+	for i, note := range current {
+		if before[i] != note {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(current) == 0 {
+		delete(c.reported, resource)
+	} else {
+		c.reported[resource] = current
+	}
+	slices.Sort(fresh)
+	return fresh
+}
+
+func (c *tlsConflicts) forget(resource types.NamespacedName) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.reported, resource)
+}
+
+// reportTLSConflicts reports the PostgreSQL probes of a resource whose spec
+// sets a tlsMode that differs from the one their Secret holds (the spec's
+// is used), with an event and a log line once per change. It reads only
+// what the probes already read: a Secret not read yet conflicts with
+// nothing, and its first read brings the resource back here (see
+// secretTLSModeChanged).
+func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) {
+	type conflict struct {
+		secret types.NamespacedName
+		action string
+	}
+	found := map[int]conflict{}
+	current := map[int]string{}
+	if swh.Spec.Healthcheck != nil {
+		for i, probe := range swh.Spec.Healthcheck.Probes {
+			pg := probe.PostgreSQL
+			if pg == nil || pg.TLSMode == "" || pg.AuthSecretName == "" {
+				continue
+			}
+			secret := types.NamespacedName{Namespace: swh.Namespace, Name: pg.AuthSecretName}
+			mode, ok := p.factory.secrets.tlsMode(secret)
+			if !ok || mode == string(pg.TLSMode) || !validTLSMode(mode) {
+				// An invalid value fails the probe itself (reason secret).
+				continue
+			}
+			note := fmt.Sprintf("probe %d (PostgreSQL on %s) sets tlsMode %q and Secret %s holds tlsMode %q: the probe uses the spec's %q",
+				i, pg.TargetPort.String(), pg.TLSMode, secret, mode, pg.TLSMode)
+			current[i] = note
+			// The action tells conflicts apart: the recorder folds events
+			// of one action and related object into the first one's note.
+			found[i] = conflict{secret, fmt.Sprintf("Probe%d/%s/%s", i, pg.TLSMode, mode)}
+		}
+	}
+	key := client.ObjectKeyFromObject(swh)
+	for _, i := range p.factory.conflicts.update(key, current) {
+		c := found[i]
+		log.FromContext(ctx).Info("tlsMode conflict: the spec's is used", "probe", i, "note", current[i])
+		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: c.secret.Namespace, Name: c.secret.Name}
+		p.Recorder.Eventf(swh, related, corev1.EventTypeWarning, "TLSModeConflict", c.action, "%s", eventNote(current[i]))
+	}
+}
+
+// secretTLSModeChanged brings back the resources whose probes set a tlsMode
+// and read their credentials from a Secret whose tlsMode just changed (or
+// was read for the first time), so that a conflict is reported.
+func (p *Publisher) secretTLSModeChanged(secret types.NamespacedName) {
+	list := &swhv1alpha1.ServiceWithHealthchecksList{}
+	// The cache answers without the API server; the bound is for safety.
+	ctx, cancel := context.WithTimeout(context.Background(), secretReadTimeout)
+	defer cancel()
+	if err := p.Client.List(ctx, list, client.InNamespace(secret.Namespace)); err != nil {
+		p.factory.secrets.log.Error(err, "listing the resources that use a Secret", "secret", secret.String())
+		return
+	}
+	using := map[types.NamespacedName]bool{}
+	for i := range list.Items {
+		swh := &list.Items[i]
+		if swh.Spec.Healthcheck == nil {
+			continue
+		}
+		for _, probe := range swh.Spec.Healthcheck.Probes {
+			if pg := probe.PostgreSQL; pg != nil && pg.AuthSecretName == secret.Name && pg.TLSMode != "" {
+				using[client.ObjectKeyFromObject(swh)] = true
+			}
+		}
+	}
+	for key := range using {
+		p.notify(key)
+	}
+}
