@@ -14,10 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -194,10 +190,12 @@ func TestSecretReadErrorsKeepPostgreSQLEndpoints(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	w.verify(t, "while Secret reads failed")
 
-	if failed < 3 || failed > 7 {
-		t.Errorf("%d Secret reads in 5 s of failures with a 1 s reuse period, want about 5", failed)
+	// A read is due once a period has passed since the last one began; the
+	// probes (every second too) find it due every one or two periods.
+	if failed < 2 || failed > 6 {
+		t.Errorf("%d Secret reads in 5 s of failures with a 1 s reuse period, want 2 to 6", failed)
 	}
-	if n := a.metric(t, "swh_agent_secret_reads_total", map[string]string{"outcome": "error"}); n < 3 {
+	if n := a.metric(t, "swh_agent_secret_reads_total", map[string]string{"outcome": "error"}); n < 2 {
 		t.Errorf("swh_agent_secret_reads_total{outcome=\"error\"} = %v, want the failed reads", n)
 	}
 	if n := a.metric(t, "swh_agent_probe_results_total", map[string]string{"mode": "PostgreSQL", "status": "failure"}); n != 0 {
@@ -296,156 +294,4 @@ func TestProbesOfOneSecretCostOneRead(t *testing.T) {
 	if n := gets.count.Load(); n != 2 {
 		t.Errorf("two rounds of %d probes, one reuse period apart, made %d GETs, want 2", targets, n)
 	}
-}
-
-// TestSecretTLSModeIsHonoured: a Secret ported from the original product
-// keeps tlsMode; without one in the spec, the probe uses it. A spec that
-// sets one wins, and the conflict is reported once; an invalid value fails
-// the probe, naming the key.
-func TestSecretTLSModeIsHonoured(t *testing.T) {
-	a := startAgent(t, nodeA)
-	ns := namespace(t)
-	ca, err := harness.NewCA("db-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := harness.NewCA("not-the-db-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ip = "10.244.63.1"
-	cert, err := ca.Issue(ip)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip, TLS: cert})
-	dbPod(t, ns, "db-0", nodeA, ip)
-	o := pg.Options()
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ported"},
-		Data: map[string][]byte{"user": []byte(o.User), "password": []byte(o.Password), "tlsMode": []byte("verify-full"), "caCert": other.PEM}}
-	if err := controlPlane.Client.Create(context.Background(), secret); err != nil {
-		t.Fatal(err)
-	}
-	port := []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}}
-	create := func(name string, mode swhv1alpha1.PostgreSQLTLSMode) {
-		t.Helper()
-		probe := postgresProbe("SELECT 1", "ported")
-		probe.PostgreSQL.TLSMode = mode
-		swh := resource(ns, name, port, probe)
-		swh.Spec.Selector = map[string]string{"app": "db"}
-		if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
-			t.Fatal(err)
-		}
-	}
-	create("from-secret", "")
-	create("pinned", swhv1alpha1.PostgreSQLTLSDisable)
-
-	// verify-full against a CA that did not sign the server: no TLS would pass.
-	waitPublished(t, ns, "from-secret", map[string]string{"from-secret-node-a": "db-0:FFF"})
-	waitPublished(t, ns, "pinned", map[string]string{"pinned-node-a": "db-0:TTF"})
-	harness.Eventually(t, 10*time.Second, "PostgreSQL probes failing with reason tls", func() error {
-		if n := a.metric(t, "swh_agent_probe_results_total", map[string]string{"mode": "PostgreSQL", "reason": "tls"}); n == 0 {
-			return fmt.Errorf("none yet")
-		}
-		return nil
-	})
-
-	waitConflict(t, ns, "pinned", `sets tlsMode "disable" and Secret `+ns+`/ported holds tlsMode "verify-full"`)
-	// Reconciles that change nothing report nothing again.
-	for i := range 3 {
-		pod := &corev1.Pod{}
-		if err := controlPlane.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "db-0"}, pod); err != nil {
-			t.Fatal(err)
-		}
-		pod.Annotations = map[string]string{"touch": fmt.Sprint(i)}
-		if err := controlPlane.Client.Update(context.Background(), pod); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Second)
-	}
-	if events := conflicts(t, ns, "pinned"); len(events) != 1 || events[0].Series != nil {
-		t.Errorf("one conflict reported %d times: %v", len(events), events)
-	}
-
-	// The right CA: the Secret's verify-full passes.
-	secret.Data["caCert"] = ca.PEM
-	if err := controlPlane.Client.Update(context.Background(), secret); err != nil {
-		t.Fatal(err)
-	}
-	waitPublished(t, ns, "from-secret", map[string]string{"from-secret-node-a": "db-0:TTF"})
-
-	// A new conflict is a new report, not folded into the first one.
-	secret.Data["tlsMode"] = []byte("require")
-	if err := controlPlane.Client.Update(context.Background(), secret); err != nil {
-		t.Fatal(err)
-	}
-	waitConflict(t, ns, "pinned", `Secret `+ns+`/ported holds tlsMode "require"`)
-	if got := conflicts(t, ns, "pinned"); len(got) != 2 || got[0].Series != nil || got[1].Series != nil {
-		t.Errorf("want the two conflicts as two events reported once each, got %v", got)
-	}
-
-	secret.Data["tlsMode"] = []byte("prefer")
-	if err := controlPlane.Client.Update(context.Background(), secret); err != nil {
-		t.Fatal(err)
-	}
-	waitPublished(t, ns, "from-secret", map[string]string{"from-secret-node-a": "db-0:FFF"})
-	waitPublished(t, ns, "pinned", map[string]string{"pinned-node-a": "db-0:FFF"})
-	waitProbeFailure(t, ns, "from-secret", `Secret `+ns+`/ported: key "tlsMode" is "prefer"`)
-}
-
-// conflicts lists the TLSModeConflict events of a resource.
-func conflicts(t *testing.T, ns, name string) []eventsv1.Event {
-	t.Helper()
-	list := &eventsv1.EventList{}
-	if err := controlPlane.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
-	var out []eventsv1.Event
-	for _, e := range list.Items {
-		if e.Regarding.Name == name && e.Reason == "TLSModeConflict" {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// waitConflict waits for a TLSModeConflict event of the resource whose note
-// contains note.
-func waitConflict(t *testing.T, ns, name, note string) eventsv1.Event {
-	t.Helper()
-	var found eventsv1.Event
-	harness.Eventually(t, 20*time.Second, "a TLSModeConflict event of "+name, func() error {
-		var notes []string
-		for _, e := range conflicts(t, ns, name) {
-			if strings.Contains(e.Note, note) {
-				found = e
-				return nil
-			}
-			notes = append(notes, e.Note)
-		}
-		return fmt.Errorf("none says %q; notes: %q", note, notes)
-	})
-	return found
-}
-
-// waitProbeFailure waits until an event of the resource mentions what.
-func waitProbeFailure(t *testing.T, ns, name, what string) {
-	t.Helper()
-	harness.Eventually(t, 20*time.Second, fmt.Sprintf("an event of %s saying %q", name, what), func() error {
-		list := &eventsv1.EventList{}
-		if err := controlPlane.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		var notes []string
-		for _, e := range list.Items {
-			if e.Regarding.Name != name {
-				continue
-			}
-			if strings.Contains(e.Note, what) {
-				return nil
-			}
-			notes = append(notes, e.Note)
-		}
-		return fmt.Errorf("notes: %q", notes)
-	})
 }
