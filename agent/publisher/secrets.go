@@ -49,7 +49,7 @@ type secretCache struct {
 }
 
 type secretEntry struct {
-	// data is the last good read, of secretKeys only; nil before the first
+	// data is the last good read, keptKeys only; nil before the first
 	// success and after a NotFound.
 	data map[string][]byte
 	// err is the last read's failure; nil after a success.
@@ -70,7 +70,7 @@ func newSecretCache(reader client.Reader, ttl time.Duration, log logr.Logger, m 
 	}
 }
 
-// get returns the data of a Secret (secretKeys only; callers must not
+// get returns the data of a Secret (the keys the probes use; callers must not
 // modify it).
 func (c *secretCache) get(ctx context.Context, key types.NamespacedName) (map[string][]byte, error) {
 	now := time.Now()
