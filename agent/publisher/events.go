@@ -3,7 +3,9 @@ package publisher
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -17,104 +19,176 @@ import (
 	"github.com/swh-dev/swh/probes"
 )
 
+// causeKind sorts the reasons a pod is not ready on a port.
+type causeKind uint8
+
+const (
+	// causeFailure: a probe failed or cannot run, or the pod is not Ready
+	// on a port no probe checks. A Warning.
+	causeFailure causeKind = iota
+	// causeStart: no verdict yet (a probe has no result, or passes again
+	// fewer than successThreshold times). Every pod goes through it: no
+	// news, and no Warning.
+	causeStart
+	// causeTerminating: the pod is being deleted and serves while it passes.
+	causeTerminating
+)
+
+// codePodNotReady is the cause of a port that follows pod readiness.
+const codePodNotReady = "pod-not-ready"
+
+// cause says why a pod is not ready on a port.
+type cause struct {
+	kind causeKind
+	// code is machine-readable and changes when the reason does, not when
+	// only the message does: "<probe reason>@<probe index>",
+	// "pending@<i>", "recovering@<i>", "pod-not-ready", "terminating" or
+	// "no-target-port".
+	code string
+	// text is for people.
+	text string
+}
+
 // notReadyReasons says, per pod and port name, why the pod is not ready on
 // that port.
-type notReadyReasons map[types.UID]map[string]string
+type notReadyReasons map[types.UID]map[string]cause
 
-func (r notReadyReasons) set(pod types.UID, port, why string) {
+func (r notReadyReasons) set(pod types.UID, port string, why cause) {
 	if r[pod] == nil {
-		r[pod] = map[string]string{}
+		r[pod] = map[string]cause{}
 	}
 	r[pod][port] = why
 }
 
 // explainNotReady tells why a port's gate does not pass, from the probes
 // that gate it: the first failing one's reason and message, or why no
-// verdict is there yet.
-func explainNotReady(pod *corev1.Pod, gate endpoints.PortGate, passing endpoints.ProbeSet, last []probes.Result, labels []string) string {
+// verdict is there yet; or why a passing port is not ready.
+func explainNotReady(pod *corev1.Pod, gate endpoints.PortGate, passing endpoints.ProbeSet, last []probes.Result, labels []string) cause {
 	switch {
 	case gate.Port == 0:
-		return "the port's targetPort names no port of the pod"
+		return cause{causeFailure, "no-target-port", "the port's targetPort names no port of the pod"}
+	case pod.DeletionTimestamp != nil && gate.Verdict(passing, endpoints.PodReady(pod)).Passing:
+		if gate.Probes.Empty() {
+			return cause{causeTerminating, "terminating", "the pod is terminating; it serves while it is Ready"}
+		}
+		return cause{causeTerminating, "terminating", "the pod is terminating; it serves while its probes pass"}
 	case gate.Probes.Empty():
-		return "no probe checks this port and the pod is not Ready"
-	case pod.DeletionTimestamp != nil && passing.Contains(gate.Probes):
-		return "the pod is terminating; it serves while its probes pass"
+		return cause{causeFailure, codePodNotReady, "no probe checks this port and the pod is not Ready"}
 	}
-	waiting := ""
+	var waiting *cause
 	for i := range last {
 		if !gate.Probes.Has(i) || passing.Has(i) {
 			continue
 		}
 		switch last[i].Status {
 		case probes.Failure:
-			return fmt.Sprintf("%s: %s: %s", labels[i], last[i].Reason, last[i].Message)
+			return cause{causeFailure, fmt.Sprintf("%s@%d", last[i].Reason, i), fmt.Sprintf("%s: %s: %s", labels[i], last[i].Reason, last[i].Message)}
 		case probes.Success:
-			if waiting == "" {
-				waiting = labels[i] + " passes again, not yet successThreshold times"
+			if waiting == nil {
+				waiting = &cause{causeStart, fmt.Sprintf("recovering@%d", i), labels[i] + " passes again, not yet successThreshold times"}
 			}
 		default:
-			if waiting == "" {
-				waiting = labels[i] + " has no result yet"
+			if waiting == nil {
+				waiting = &cause{causeStart, fmt.Sprintf("pending@%d", i), labels[i] + " has no result yet"}
 			}
 		}
 	}
-	if waiting == "" {
-		waiting = "its probes have not passed yet"
+	if waiting == nil {
+		return cause{causeStart, "pending", "its probes have not passed yet"}
 	}
-	return waiting
+	return *waiting
 }
 
-// reportTransitions emits one event per pod whose readiness on some port
-// changed between the slices that existed and the ones written, naming the
-// ports and why. The event relates to the pod: the recorder folds
-// isomorphic events (same resource, related object, reason and action)
-// within 6 minutes into a series that keeps its first note, so one series
-// per resource would hide every pod but the first. Each transition is also
-// logged with its own reasons.
+// portRef names a port of the resource in messages: by its name, or by its
+// number (the endpoint's) when it has none.
+type portRef struct {
+	name   string
+	number int32
+}
+
+// String renders `"web"` or `8080`.
+func (p portRef) String() string {
+	if p.name == "" && p.number != 0 {
+		return strconv.Itoa(int(p.number))
+	}
+	return strconv.Quote(p.name)
+}
+
+// id renders `web` or `8080`, for actions.
+func (p portRef) id() string {
+	if p.name == "" && p.number != 0 {
+		return strconv.Itoa(int(p.number))
+	}
+	return p.name
+}
+
+// portCause is a port and why the pod is not ready on it.
+type portCause struct {
+	port portRef
+	why  cause
+}
+
+// reportTransitions emits the endpoints' news once their slices are
+// published (after is what is published now, before what was before this
+// reconcile): per pod, one event for the ports that became ready, one for
+// the ports that became not ready or are not ready for a new reason. See
+// decide for what is news. Events relate to the pod, and their action
+// names the ports and causes, so that the recorder never folds two events
+// that say different things (see seriesAction). Each is also logged.
 func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, before, after []discoveryv1.EndpointSlice, why notReadyReasons) {
-	was, now := readiness(before), readiness(after)
-	type change struct {
-		pod   podRef
-		ready bool
-	}
-	changed := map[change][]string{}
-	for key, ready := range now {
-		if prev, ok := was[key]; ok && prev == ready {
-			continue
-		}
-		c := change{podRef{key.uid, key.pod}, ready}
-		changed[c] = append(changed[c], key.port)
-	}
+	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
+	news := p.book.endpointNews(resource, readiness(ownedBy(resource, before)), readiness(after), why)
 	logger := log.FromContext(ctx)
-	for c, ports := range changed {
-		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: swh.Namespace, Name: c.pod.name, UID: c.pod.uid}
-		if c.ready {
-			note := fmt.Sprintf("pod %s on node %s is ready on %s", c.pod.name, p.NodeName, portClause(ports, ""))
-			logger.Info("endpoint ready", "pod", c.pod.name, "ports", ports)
-			p.Recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointReady", "PublishEndpoints", "%s", eventNote(note))
+	for _, n := range news {
+		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: swh.Namespace, Name: n.pod.name, UID: n.pod.uid}
+		if len(n.ready) > 0 {
+			note := fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.NodeName, portClause(n.ready, ""))
+			logger.Info("endpoint ready", "pod", n.pod.name, "note", note)
+			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, "EndpointReady"), readyAction(n.ready))
+			p.Recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointReady", action, "%s", eventNote(note))
+		}
+		if len(n.notReady) == 0 {
 			continue
 		}
-		note := fmt.Sprintf("pod %s on node %s is not ready on %s", c.pod.name, p.NodeName, notReadyClauses(ports, why[c.pod.uid]))
-		logger.Info("endpoint not ready", "pod", c.pod.name, "note", note)
-		p.Recorder.Eventf(swh, related, corev1.EventTypeWarning, "EndpointNotReady", "PublishEndpoints", "%s", eventNote(note))
+		note := fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.NodeName, notReadyClauses(n.notReady))
+		logger.Info("endpoint not ready", "pod", n.pod.name, "note", note)
+		if n.warning() {
+			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeWarning, "EndpointNotReady"), notReadyAction(n.notReady))
+			p.Recorder.Eventf(swh, related, corev1.EventTypeWarning, "EndpointNotReady", action, "%s", eventNote(note))
+		} else {
+			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, "EndpointNotReady"), notReadyAction(n.notReady))
+			p.Recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointNotReady", action, "%s", eventNote(note))
+		}
+	}
+}
+
+// reportCollisions emits SliceNameTaken once per collision (again after a
+// restart of the agent), relating it to the slice that holds the name so
+// that two collisions are two events.
+func (p *Publisher) reportCollisions(swh *swhv1alpha1.ServiceWithHealthchecks, collisions []endpoints.Collision) {
+	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
+	for _, c := range p.book.newCollisions(resource, collisions) {
+		holder := &corev1.ObjectReference{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1", Namespace: swh.Namespace, Name: c.Name}
+		action := p.book.seriesAction(eventKey(swh, holder, corev1.EventTypeWarning, "SliceNameTaken"), "PublishEndpoints")
+		p.Recorder.Eventf(swh, holder, corev1.EventTypeWarning, "SliceNameTaken", action, "%s", eventNote(c.String()))
 	}
 }
 
 // notReadyClauses groups ports by reason: `port "a" (why)`, or
 // `ports "a", "b" (why); port "c" (other)`, in port order.
-func notReadyClauses(ports []string, why map[string]string) string {
-	slices.Sort(ports)
+func notReadyClauses(ports []portCause) string {
+	sortPorts(ports)
 	var reasons []string
-	byReason := map[string][]string{}
-	for _, port := range ports {
-		r := why[port]
+	byReason := map[string][]portRef{}
+	for _, pc := range ports {
+		r := pc.why.text
 		if r == "" {
 			r = "not passing"
 		}
 		if byReason[r] == nil {
 			reasons = append(reasons, r)
 		}
-		byReason[r] = append(byReason[r], port)
+		byReason[r] = append(byReason[r], pc.port)
 	}
 	clauses := make([]string, len(reasons))
 	for i, r := range reasons {
@@ -123,22 +197,62 @@ func notReadyClauses(ports []string, why map[string]string) string {
 	return strings.Join(clauses, "; ")
 }
 
-// portClause renders `port "a"` or `ports "a", "b"`, then ` (why)` when why
-// is set.
-func portClause(ports []string, why string) string {
-	slices.Sort(ports)
-	quoted := make([]string, len(ports))
-	for i, n := range ports {
-		quoted[i] = fmt.Sprintf("%q", n)
+// portClause renders `port "a"`, `port 8080` or `ports "a", "b"`, then
+// ` (why)` when why is set.
+func portClause(ports []portRef, why string) string {
+	slices.SortFunc(ports, func(a, b portRef) int { return strings.Compare(a.id(), b.id()) })
+	names := make([]string, len(ports))
+	for i, p := range ports {
+		names[i] = p.String()
 	}
-	s := "port " + quoted[0]
-	if len(quoted) > 1 {
-		s = "ports " + strings.Join(quoted, ", ")
+	s := "port " + names[0]
+	if len(names) > 1 {
+		s = "ports " + strings.Join(names, ", ")
 	}
 	if why != "" {
 		s += " (" + why + ")"
 	}
 	return s
+}
+
+func sortPorts(ports []portCause) {
+	slices.SortFunc(ports, func(a, b portCause) int { return strings.Compare(a.port.id(), b.port.id()) })
+}
+
+// maxActionBytes is the API server's limit on an events.k8s.io action,
+// less room for seriesAction's suffix.
+const maxActionBytes = 128 - 8
+
+// readyAction is `PublishEndpoints:web,smtp`.
+func readyAction(ports []portRef) string {
+	ids := make([]string, len(ports))
+	for i, p := range ports {
+		ids[i] = p.id()
+	}
+	slices.Sort(ids)
+	return publishAction(ids)
+}
+
+// notReadyAction is `PublishEndpoints:smtp=refused@1,web=http-status@0`.
+func notReadyAction(ports []portCause) string {
+	sortPorts(ports)
+	items := make([]string, len(ports))
+	for i, pc := range ports {
+		items[i] = pc.port.id() + "=" + pc.why.code
+	}
+	return publishAction(items)
+}
+
+// publishAction joins items, or digests them when too long: two events with
+// the same action say the same thing either way.
+func publishAction(items []string) string {
+	a := "PublishEndpoints:" + strings.Join(items, ",")
+	if len(a) <= maxActionBytes {
+		return a
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(a))
+	return fmt.Sprintf("PublishEndpoints:%016x", h.Sum64())
 }
 
 type podRef struct {
@@ -152,20 +266,34 @@ type podPort struct {
 	port string
 }
 
-func readiness(list []discoveryv1.EndpointSlice) map[podPort]bool {
-	out := map[podPort]bool{}
+// publishedPort is a pod's endpoint on one port of the resource.
+type publishedPort struct {
+	port  portRef
+	ready bool
+}
+
+// readiness lists the endpoints of the agent's slices (one port each) by
+// pod and port name.
+func readiness(list []discoveryv1.EndpointSlice) map[podPort]publishedPort {
+	out := map[podPort]publishedPort{}
 	for i := range list {
 		s := &list[i]
-		port := ""
-		if len(s.Ports) > 0 && s.Ports[0].Name != nil {
-			port = *s.Ports[0].Name
+		var port portRef
+		if len(s.Ports) > 0 {
+			if s.Ports[0].Name != nil {
+				port.name = *s.Ports[0].Name
+			}
+			if s.Ports[0].Port != nil {
+				port.number = *s.Ports[0].Port
+			}
 		}
 		for _, ep := range s.Endpoints {
 			if ep.TargetRef == nil {
 				continue
 			}
-			key := podPort{uid: ep.TargetRef.UID, pod: ep.TargetRef.Name, port: port}
-			out[key] = out[key] || ep.Conditions.Ready == nil || *ep.Conditions.Ready
+			key := podPort{uid: ep.TargetRef.UID, pod: ep.TargetRef.Name, port: port.name}
+			prev := out[key]
+			out[key] = publishedPort{port: port, ready: prev.ready || ep.Conditions.Ready == nil || *ep.Conditions.Ready}
 		}
 	}
 	return out

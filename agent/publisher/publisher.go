@@ -57,6 +57,8 @@ type Publisher struct {
 	scheduler *probes.Scheduler[targetKey]
 	state     *state
 	factory   *proberFactory
+	// book remembers what events told.
+	book eventBook
 	// notify asks for a reconcile of a resource after a verdict flipped.
 	notify func(types.NamespacedName)
 }
@@ -148,27 +150,25 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("planning the slices of %s: %w", req.NamespacedName, err)
 	}
-	for _, c := range changes.Collisions {
-		p.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, "SliceNameTaken", "PublishEndpoints", "%s", eventNote(c.String()))
-	}
+	p.reportCollisions(swh, changes.Collisions)
 	changedAt, hadChange := p.state.takeChanged(req.NamespacedName)
-	if changes.Empty() {
-		return ctrl.Result{}, nil
-	}
-	trigger := time.Now()
-	if hadChange {
-		trigger = changedAt
-	}
-	if err := p.write(ctx, req.NamespacedName, changes, trigger); err != nil {
+	if !changes.Empty() {
+		trigger := time.Now()
 		if hadChange {
-			// The retry's writes carry the same trigger and delay.
-			p.state.restoreChanged(req.NamespacedName, changedAt)
+			trigger = changedAt
 		}
-		return ctrl.Result{}, err
+		if err := p.write(ctx, req.NamespacedName, changes, trigger); err != nil {
+			if hadChange {
+				// The retry's writes carry the same trigger and delay.
+				p.state.restoreChanged(req.NamespacedName, changedAt)
+			}
+			return ctrl.Result{}, err
+		}
+		if hadChange {
+			p.Metrics.observeDelay(time.Since(changedAt))
+		}
 	}
-	if hadChange {
-		p.Metrics.observeDelay(time.Since(changedAt))
-	}
+	// Also without a write: a reason can change while the slices do not.
 	p.reportTransitions(ctx, swh, existing, desired, why)
 	return ctrl.Result{}, nil
 }

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -24,7 +23,7 @@ import (
 // Service being adopted; it is called only when a target starts.
 func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod, g *endpoints.Grouping, portNames []string, existing []discoveryv1.EndpointSlice, adopted func() []discoveryv1.EndpointSlice) {
 	want := map[targetKey]bool{}
-	var published map[types.UID]map[string]bool // computed only when a target starts
+	var serving map[types.UID]map[string]bool // computed only when a target starts
 	for _, pod := range pods {
 		for i := range g.NumProbes() {
 			probe := &swh.Spec.Healthcheck.Probes[i]
@@ -36,30 +35,40 @@ func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.
 			if running && oldAddr == addr && oldSpec == spec {
 				continue
 			}
-			if published == nil {
-				published = readyPorts(append(existing[:len(existing):len(existing)], adopted()...))
+			// A new target keeps what is published until a result says
+			// otherwise: restarting the agent, or editing a probe, must not
+			// flap endpoints (see initial.go). Nor must adopting a Service:
+			// kube-proxy de-duplicates an address listed by two slices in no
+			// defined order, so our not-ready copy of a pod could hide the
+			// built-in controller's ready one until the first probe passes
+			// (every endpoint of the Service gone at once, the e2e suite saw
+			// it). An edited probe that checks the same address goes on from
+			// its running verdict, which may be newer than what is published
+			// (a flip not written yet).
+			var initial bool
+			if running && oldAddr == addr {
+				initial = p.state.healthy(key)
+			} else {
+				if serving == nil {
+					serving = servingPorts(ownedBy(resource, existing), adopted())
+				}
+				initial = inferPassed(g.Gates(pod), portNames, i, serving[pod.UID])
 			}
-			// A pod already published ready on every port this probe gates
-			// keeps its traffic until a result says otherwise: restarting
-			// the agent, or editing a probe, must not flap endpoints. Nor
-			// must adopting a Service: kube-proxy de-duplicates an address
-			// listed by two slices in no defined order, so our not-ready
-			// copy of a pod could hide the built-in controller's ready one
-			// until the first probe passes (every endpoint of the Service
-			// gone at once, the e2e suite saw it).
-			initial := readyOnGatedPorts(g, portNames, pod, i, published[pod.UID])
 			tracker, _ := probes.NewTracker(probes.TrackerConfig{
 				SuccessThreshold: int(probe.SuccessThreshold),
 				FailureThreshold: int(probe.FailureThreshold),
 				InitialHealthy:   initial,
 			})
 			p.state.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode)})
+			p.book.forgetTarget(key)
 			var prober probes.Prober
 			if ok {
 				prober = p.factory.build(resource.Namespace, probe)
 			} else {
 				port := probeTargetPort(probe)
 				prober = failing(ReasonNoPort, fmt.Sprintf("pod %s has no container port named %q", pod.Name, port.String()))
+				// The scheduler refuses port 0; this prober dials nothing.
+				addr.Port = 1
 			}
 			period := time.Duration(swh.Spec.Healthcheck.PeriodSeconds) * time.Second
 			job := probes.Job{
@@ -88,6 +97,10 @@ func (p *Publisher) removeTargets(resource types.NamespacedName, keep map[target
 		}
 		p.scheduler.Remove(key)
 		p.state.remove(key)
+		p.book.forgetTarget(key)
+	}
+	if keep == nil {
+		p.book.forgetResource(resource)
 	}
 	p.Metrics.setTargets(p.state.len())
 }
@@ -99,17 +112,32 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 		return
 	}
 	p.Metrics.observeProbe(o.mode, r.Result)
-	if o.newReason && misconfigured(r.Result.Reason) {
+	// Only a new reason can change what the book holds (a misconfigured
+	// probe's own reasons differ from every other): the hot path takes no
+	// lock.
+	if (o.newReason || misconfigured(r.Result.Reason)) && p.book.misconfigured(r.Key, r.Result) {
 		// Configuration problems get their own event at once: no endpoint
 		// transition may follow (a pod that never passed stays not ready).
-		owner := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{
-			Namespace: r.Key.Resource.Namespace, Name: r.Key.Resource.Name, UID: o.owner}}
-		owner.SetGroupVersionKind(swhv1alpha1.GroupVersion.WithKind("ServiceWithHealthchecks"))
-		p.Recorder.Eventf(owner, nil, corev1.EventTypeWarning, "ProbeMisconfigured", "Probe", "%s",
+		// The regarding probe, the related pod and the action (the reason)
+		// keep the recorder from folding one pod's or probe's problem into
+		// another's.
+		regarding := &corev1.ObjectReference{
+			Kind: "ServiceWithHealthchecks", APIVersion: swhv1alpha1.GroupVersion.String(),
+			Namespace: r.Key.Resource.Namespace, Name: r.Key.Resource.Name, UID: o.owner,
+			FieldPath: fmt.Sprintf("spec.healthcheck.probes[%d]", r.Key.Probe),
+		}
+		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Key.Resource.Namespace, Name: o.pod, UID: r.Key.Pod}
+		action := p.book.seriesAction(eventKey(regarding, related, corev1.EventTypeWarning, "ProbeMisconfigured"), "Probe:"+string(r.Result.Reason))
+		p.Recorder.Eventf(regarding, related, corev1.EventTypeWarning, "ProbeMisconfigured", action, "%s",
 			eventNote(fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.NodeName, r.Result.Message)))
 	}
-	if o.flipped {
+	switch {
+	case o.flipped:
 		p.Metrics.transition()
+		p.notify(r.Key.Resource)
+	case o.newReason && r.Result.Status == probes.Failure:
+		// No verdict changed, but why a pod is not ready may have: the
+		// reconcile reports it.
 		p.notify(r.Key.Resource)
 	}
 }
@@ -161,51 +189,4 @@ func alignedDelay(now time.Time, minDelay, period, phase time.Duration) time.Dur
 	}
 	wait := (int64(period) - off) % int64(period)
 	return minDelay + time.Duration(wait)
-}
-
-// readyPorts maps each pod to the ports (by name) it is published ready on.
-func readyPorts(slices []discoveryv1.EndpointSlice) map[types.UID]map[string]bool {
-	out := map[types.UID]map[string]bool{}
-	for i := range slices {
-		s := &slices[i]
-		if len(s.Ports) == 0 {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			if ep.TargetRef == nil || (ep.Conditions.Ready != nil && !*ep.Conditions.Ready) {
-				continue
-			}
-			if out[ep.TargetRef.UID] == nil {
-				out[ep.TargetRef.UID] = map[string]bool{}
-			}
-			// Ours hold one port; the built-in controller's hold them all.
-			for _, port := range s.Ports {
-				name := ""
-				if port.Name != nil {
-					name = *port.Name
-				}
-				out[ep.TargetRef.UID][name] = true
-			}
-		}
-	}
-	return out
-}
-
-// readyOnGatedPorts reports whether the pod is published ready on every
-// port that probe i gates (and gates at least one).
-func readyOnGatedPorts(g *endpoints.Grouping, portNames []string, pod *corev1.Pod, i int, ready map[string]bool) bool {
-	if len(ready) == 0 {
-		return false
-	}
-	gated := 0
-	for j, gate := range g.Gates(pod) {
-		if !gate.Probes.Has(i) {
-			continue
-		}
-		gated++
-		if !ready[portNames[j]] {
-			return false
-		}
-	}
-	return gated > 0
 }

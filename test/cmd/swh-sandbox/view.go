@@ -67,8 +67,9 @@ type agentNote struct {
 }
 
 // parseAgentNote reads `pod P on node N is [not ]ready on CLAUSES`, where
-// the clauses are `port "a" (why)` or `ports "a", "b" (why)`, joined by
-// "; ". A reason may hold parentheses of its own.
+// the clauses are `port "a" (why)`, `ports "a", "b" (why)` or, for an
+// unnamed port, `port 8080 (why)`, joined by "; ". A reason may hold
+// parentheses of its own.
 func parseAgentNote(note string) (agentNote, bool) {
 	m := agentNoteHead.FindStringSubmatch(note)
 	if m == nil {
@@ -87,7 +88,7 @@ func parseAgentNote(note string) (agentNote, bool) {
 		}
 		var names []string
 		for {
-			name, after, ok := quoted(rest)
+			name, after, ok := portName(rest)
 			if !ok {
 				return agentNote{}, false
 			}
@@ -126,6 +127,16 @@ func parseAgentNote(note string) (agentNote, bool) {
 		}
 	}
 	return n, len(n.ports) > 0
+}
+
+// portName reads a port at the start of s: a quoted name, or the number
+// of the resource's only port, which has no name.
+func portName(s string) (string, string, bool) {
+	digits := len(s) - len(strings.TrimLeft(s, "0123456789"))
+	if digits > 0 {
+		return "", s[digits:], true
+	}
+	return quoted(s)
 }
 
 // quoted reads a Go-quoted string at the start of s.

@@ -44,6 +44,9 @@ func TestAgentNotesParse(t *testing.T) {
 	}{
 		{`pod vm-0 on node node-1 is not ready on port "" (HTTP probe on 8080: http-status: HTTP 503 (Service Unavailable))`,
 			`vm-0 node-1 true map[:HTTP probe on 8080: http-status: HTTP 503 (Service Unavailable)]`},
+		{`pod vm-0 on node node-1 is not ready on port 8080 (HTTP probe on 8080: refused: connection refused)`,
+			`vm-0 node-1 true map[:HTTP probe on 8080: refused: connection refused]`},
+		{`pod vm-0 on node node-1 is ready on port 8080`, `vm-0 node-1 false map[:]`},
 		{`pod app-0 on node node-2 is ready on port "api"`, `app-0 node-2 false map[api:]`},
 		{`pod app-0 on node node-2 is ready on ports "api", "grpc"`, `app-0 node-2 false map[api: grpc:]`},
 		{`pod app-0 on node node-2 is not ready on ports "api", "grpc" (x: refused); port "web" (timeout)`,

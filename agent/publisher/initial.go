@@ -1,0 +1,98 @@
+package publisher
+
+import (
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/swh-dev/swh/endpoints"
+)
+
+// A probe target that starts (agent restart, probe edit, new pod) has no
+// result yet. Its tracker starts from what is published, so that every
+// endpoint keeps its ready/serving/terminating conditions until a new result
+// differs: a port published passing (serving) passed every probe that gates
+// it, so each of those probes passed. A probe with no such port starts
+// failed, as kubelet starts readiness. Serving, not ready, is the verdict:
+// a terminating pod is published not ready while it passes, and with
+// publishNotReadyAddresses every pod is published ready.
+
+// servingPorts maps each pod to the ports (by name) it is published on, and
+// whether it serves there. own are the agent's slices of the resource (one
+// port each); adopted are the built-in controller's slices of a Service
+// being adopted (every port in each), which count only where the agent
+// publishes nothing for that pod and port yet.
+func servingPorts(own, adopted []discoveryv1.EndpointSlice) map[types.UID]map[string]bool {
+	out := collectServing(own)
+	for uid, ports := range collectServing(adopted) {
+		if out[uid] == nil {
+			out[uid] = map[string]bool{}
+		}
+		for name, serving := range ports {
+			if _, published := out[uid][name]; !published {
+				out[uid][name] = serving
+			}
+		}
+	}
+	return out
+}
+
+// collectServing is servingPorts for one set of slices: a pod serves on a
+// port when any of its endpoints there (one per address family) serves.
+func collectServing(slices []discoveryv1.EndpointSlice) map[types.UID]map[string]bool {
+	out := map[types.UID]map[string]bool{}
+	for i := range slices {
+		s := &slices[i]
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef == nil {
+				continue
+			}
+			if out[ep.TargetRef.UID] == nil {
+				out[ep.TargetRef.UID] = map[string]bool{}
+			}
+			// A nil condition reads as the API's default: serving.
+			serving := ep.Conditions.Serving == nil || *ep.Conditions.Serving
+			for _, port := range s.Ports {
+				name := ""
+				if port.Name != nil {
+					name = *port.Name
+				}
+				out[ep.TargetRef.UID][name] = out[ep.TargetRef.UID][name] || serving
+			}
+		}
+	}
+	return out
+}
+
+// inferPassed reports whether probe i of a pod passed, judging from the
+// ports it gates on that pod (gates and portNames in the order of the
+// Service's ports) and where the pod is published serving.
+func inferPassed(gates []endpoints.PortGate, portNames []string, i int, serving map[string]bool) bool {
+	for j, gate := range gates {
+		if gate.Port != 0 && gate.Probes.Has(i) && serving[portNames[j]] {
+			return true
+		}
+	}
+	return false
+}
+
+// ownedBy keeps the slices of the resource the agent publishes: the list it
+// is given may hold slices of other owners that hold a name it wanted.
+func ownedBy(resource types.NamespacedName, slices []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+	out := make([]discoveryv1.EndpointSlice, 0, len(slices))
+	for i := range slices {
+		l := slices[i].Labels
+		if slices[i].Namespace == resource.Namespace && l[discoveryv1.LabelServiceName] == resource.Name &&
+			l[discoveryv1.LabelManagedBy] == endpoints.DefaultManagedBy {
+			out = append(out, slices[i])
+		}
+	}
+	return out
+}
+
+// healthy returns the verdict of a running target.
+func (s *state) healthy(key targetKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.targets[key]
+	return ok && t.tracker.Healthy()
+}
