@@ -329,6 +329,15 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stopping kube-apiserver (pid %d): %w", pid, err)
 	}
+	// A server an earlier restart started is our child: reap it, or it
+	// stays a zombie and its /proc entry never goes away.
+	for i, cmd := range cp.restarted {
+		if cmd.Process.Pid == pid {
+			_ = cmd.Wait()
+			cp.restarted = append(cp.restarted[:i], cp.restarted[i+1:]...)
+			break
+		}
+	}
 	for {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
 			break
