@@ -333,14 +333,22 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 	// stays a zombie and its /proc entry never goes away.
 	for i, cmd := range cp.restarted {
 		if cmd.Process.Pid == pid {
-			_ = cmd.Wait()
+			go func() { _ = cmd.Wait() }()
 			cp.restarted = append(cp.restarted[:i], cp.restarted[i+1:]...)
 			break
 		}
 	}
+	// kube-apiserver's graceful shutdown waits up to 60 s for connections
+	// that carry watches to go idle; after a few seconds it is killed, as a
+	// crash would: the clients see the same closed connections either way.
+	killAt := time.Now().Add(5 * time.Second)
 	for {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
 			break
+		}
+		if !killAt.IsZero() && time.Now().After(killAt) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			killAt = time.Time{}
 		}
 		select {
 		case <-ctx.Done():
