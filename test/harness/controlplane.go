@@ -312,7 +312,7 @@ func processWith(word, program string) (int, error) {
 	return 0, fmt.Errorf("no %s process mentions %s", program, word)
 }
 
-// RestartAPIServer stops kube-apiserver (SIGTERM, as at a shutdown), waits
+// RestartAPIServer stops kube-apiserver (SIGTERM, then SIGKILL after 5 s), waits
 // down, and starts it again with the same command line: the same port,
 // certificates and etcd, so clients reconnect as after a real restart. It
 // returns once the server answers again.
