@@ -26,6 +26,10 @@
 //     updates and deletes, never touching a slice another Service, manager or
 //     node owns and moving aside from names such slices hold.
 //
+// NodeNotReady and Withdraw serve a writer that takes the endpoints of a
+// node that is not Ready out of service without probing them: Withdraw
+// marks a slice's endpoints as Build would for pods passing no probe.
+//
 // A sync of one Service on one node:
 //
 //	g, err := endpoints.NewGrouping(svc.Spec.Ports, probeTargets) // once per spec
