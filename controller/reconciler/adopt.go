@@ -3,12 +3,14 @@ package reconciler
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -61,31 +63,88 @@ func (r *Reconciler) finishAdoption(ctx context.Context, swh *swhv1alpha1.Servic
 			return cond, nil // wait: the slices' events bring the resource back
 		}
 	}
+	n, err := r.deleteBuiltin(ctx, swh)
+	if err != nil {
+		return cond, err
+	}
+	log.FromContext(ctx).Info("adoption finished: removed the built-in controller's slices", "slices", n)
+	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonServiceSynced
+	cond.Message = fmt.Sprintf("Service %s adopted; %d built-in EndpointSlices removed", swh.Name, n)
+	return cond, nil
+}
+
+// deleteBuiltin deletes the built-in EndpointSlice controller's slices of the
+// resource's Service and the Endpoints the built-in Endpoints controller
+// left, and returns how many slices it deleted.
+func (r *Reconciler) deleteBuiltin(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) (int, error) {
 	old := &discoveryv1.EndpointSliceList{}
 	if err := r.APIReader.List(ctx, old, client.InNamespace(swh.Namespace), client.MatchingLabels{
 		discoveryv1.LabelServiceName: swh.Name,
 		discoveryv1.LabelManagedBy:   builtinManagedBy,
 	}); err != nil {
-		return cond, fmt.Errorf("listing the built-in slices of %s/%s: %w", swh.Namespace, swh.Name, err)
+		return 0, fmt.Errorf("listing the built-in slices of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	for i := range old.Items {
 		if err := r.Client.Delete(ctx, &old.Items[i]); client.IgnoreNotFound(err) != nil {
-			return cond, fmt.Errorf("deleting the built-in slice %s: %w", old.Items[i].Name, err)
+			return i, fmt.Errorf("deleting the built-in slice %s: %w", old.Items[i].Name, err)
 		}
 		r.Metrics.sliceCollected()
 	}
 	ep := &corev1.Endpoints{} //nolint:staticcheck // the deprecated object the built-in controller also left behind
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), ep)
 	if client.IgnoreNotFound(err) != nil {
-		return cond, fmt.Errorf("reading the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
+		return len(old.Items), fmt.Errorf("reading the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	if err == nil && ep.Labels[skipMirrorLabel] == "true" {
 		if err := r.Client.Delete(ctx, ep); client.IgnoreNotFound(err) != nil {
-			return cond, fmt.Errorf("deleting the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
+			return len(old.Items), fmt.Errorf("deleting the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
 		}
 	}
-	log.FromContext(ctx).Info("adoption finished: removed the built-in controller's slices", "slices", len(old.Items))
+	return len(old.Items), nil
+}
+
+// finishSelectorRemoval deletes the built-in controller's slices of an owned
+// Service whose selector someone added and the controller removed: they
+// publish pods by readiness, bypassing the probes, so they go at once, with
+// no wait for the agents (whose slices exist: the Service was theirs). The
+// built-in controller may still write one from the Service it last saw, so
+// the deletion runs again builtinRecheck after the removal; it returns how
+// long to wait for that.
+func (r *Reconciler) finishSelectorRemoval(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, cond metav1.Condition) (metav1.Condition, time.Duration, error) {
+	n, err := r.deleteBuiltin(ctx, swh)
+	if err != nil {
+		return cond, 0, err
+	}
+	if n > 0 {
+		log.FromContext(ctx).Info("removed the built-in controller's slices of a selector someone added", "slices", n)
+	}
+	since := time.Duration(0)
+	if !cond.LastTransitionTime.IsZero() {
+		since = time.Since(cond.LastTransitionTime.Time)
+	}
+	if since < builtinRecheck {
+		if cond.LastTransitionTime.IsZero() { // the pass that removed the selector
+			r.recheckAfter(swh, builtinRecheck)
+		}
+		return cond, builtinRecheck - since, nil
+	}
 	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonServiceSynced
-	cond.Message = fmt.Sprintf("Service %s adopted; %d built-in EndpointSlices removed", swh.Name, len(old.Items))
-	return cond, nil
+	cond.Message = fmt.Sprintf("Service %s matches the spec", swh.Name)
+	return cond, 0, nil
+}
+
+// recheckAfter reconciles the resource again after d, whatever runs in
+// between. A lost recheck (the buffer full, the controller stopped) costs
+// nothing the status does not keep: the next pass finishes the work.
+func (r *Reconciler) recheckAfter(swh *swhv1alpha1.ServiceWithHealthchecks, d time.Duration) {
+	if r.recheck == nil {
+		return
+	}
+	obj := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: swh.Namespace, Name: swh.Name}}
+	time.AfterFunc(d, func() {
+		select {
+		case r.recheck <- event.GenericEvent{Object: obj}:
+		default:
+		}
+	})
 }

@@ -7,8 +7,16 @@
 //   - adopts an existing Service when the resource asks for it with the
 //     network.swh.dev/adopt annotation, removing the selector and, once the
 //     agents publish slices, the built-in EndpointSlice controller's slices;
-//   - deletes the agents' slices that nobody will update any more (their node,
-//     port or address family is gone);
+//   - puts back what someone else changed on the child Service that changes
+//     traffic (a selector, ports, type, traffic policies, …: server-side
+//     apply alone leaves fields it does not own), deleting the built-in
+//     controller's slices after a selector, and reports a
+//     service.kubernetes.io/service-proxy-name label it does not set;
+//   - deletes the agents' slices that nobody will update any more (their node
+//     is gone, or their port or address family is no longer the child
+//     Service's: the agents publish what the Service says, not the spec);
+//   - reports a write that RBAC or an admission plugin forbids in the status
+//     and an event, and retries it every minute;
 //   - writes the status, aggregated from the agents' slices of all nodes,
 //     only when it changes.
 //

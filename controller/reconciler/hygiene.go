@@ -6,31 +6,33 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/endpoints"
 )
 
 // staleSlices returns the agents' slices of a resource that no agent will
 // update any more, each with the reason: its node no longer exists, or its
-// port or address family is no longer part of the resource. Only slices
-// whose labels say an swh agent manages them for this resource are
+// port or address family is no longer one of the child Service's. The agents
+// publish what the live Service says, not what the spec says: judging by the
+// spec while the Service lags it (an apply the API server refused) would
+// delete slices the agents recreate at once. judgePorts false (the Service
+// and the spec disagree) keeps every slice of an existing node. Only slices
+// whose labels say an swh agent manages them for this Service are
 // considered; the caller lists nothing else.
 //
-// nodeLabels holds endpoints.NodeLabelValue of every existing node;
-// families are the child Service's IP families (empty: any family).
-func staleSlices(swh *swhv1alpha1.ServiceWithHealthchecks, slices []discoveryv1.EndpointSlice, nodeLabels map[string]bool, families []corev1.IPFamily) map[*discoveryv1.EndpointSlice]string {
+// nodeLabels holds endpoints.NodeLabelValue of every existing node.
+func staleSlices(svc *corev1.Service, slices []discoveryv1.EndpointSlice, nodeLabels map[string]bool, judgePorts bool) map[*discoveryv1.EndpointSlice]string {
 	ports := map[string]bool{}
-	for _, p := range swh.Spec.Ports {
+	for _, p := range svc.Spec.Ports {
 		ports[p.Name] = true
 	}
 	fams := map[discoveryv1.AddressType]bool{}
-	for _, f := range families {
+	for _, f := range svc.Spec.IPFamilies {
 		fams[discoveryv1.AddressType(f)] = true
 	}
 	out := map[*discoveryv1.EndpointSlice]string{}
 	for i := range slices {
 		s := &slices[i]
-		if !managedByAgent(s, swh.Name) {
+		if !managedByAgent(s, svc.Name) {
 			continue
 		}
 		node, hasNode := s.Labels[endpoints.DefaultNodeLabel]
@@ -41,8 +43,9 @@ func staleSlices(swh *swhv1alpha1.ServiceWithHealthchecks, slices []discoveryv1.
 		switch {
 		case hasNode && !nodeLabels[node]:
 			out[s] = fmt.Sprintf("node %s no longer exists", node)
+		case !judgePorts:
 		case len(s.Ports) > 0 && !ports[port]:
-			out[s] = fmt.Sprintf("port %q is no longer in spec.ports", port)
+			out[s] = fmt.Sprintf("port %q is no longer a port of the Service", port)
 		case len(fams) > 0 && !fams[s.AddressType]:
 			out[s] = fmt.Sprintf("address family %s is no longer served", s.AddressType)
 		}

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"slices"
 	"sort"
 	"testing"
 
@@ -14,8 +15,12 @@ import (
 )
 
 func TestStaleSlices(t *testing.T) {
-	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{Ports: []swhv1alpha1.ServicePort{{Name: "http", Port: 80}}}}
+	// The live Service: what the agents publish. The resource's spec may
+	// say otherwise (an apply the API server refused); it is not consulted.
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{
+		Ports:      []corev1.ServicePort{{Name: "http", Port: 80}, {Name: "metrics", Port: 9090}},
+		IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+	}}
 	slice := func(name, service, managedBy, node, port string, family discoveryv1.AddressType) discoveryv1.EndpointSlice {
 		return discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
@@ -25,28 +30,35 @@ func TestStaleSlices(t *testing.T) {
 		}
 	}
 	agent := endpoints.DefaultManagedBy
-	slices := []discoveryv1.EndpointSlice{
+	all := []discoveryv1.EndpointSlice{
 		slice("live", "web", agent, "a", "http", discoveryv1.AddressTypeIPv4),
+		slice("live-port-not-in-spec", "web", agent, "a", "metrics", discoveryv1.AddressTypeIPv4),
 		slice("gone-node", "web", agent, "b", "http", discoveryv1.AddressTypeIPv4),
-		slice("gone-port", "web", agent, "a", "metrics", discoveryv1.AddressTypeIPv4),
+		slice("gone-port", "web", agent, "a", "admin", discoveryv1.AddressTypeIPv4),
 		slice("gone-family", "web", agent, "a", "http", discoveryv1.AddressTypeIPv6),
-		slice("foreign-manager", "web", "someone-else", "b", "metrics", discoveryv1.AddressTypeIPv6),
-		slice("other-service", "api", agent, "b", "metrics", discoveryv1.AddressTypeIPv6),
+		slice("foreign-manager", "web", "someone-else", "b", "admin", discoveryv1.AddressTypeIPv6),
+		slice("other-service", "api", agent, "b", "admin", discoveryv1.AddressTypeIPv6),
 	}
-	stale := staleSlices(swh, slices, map[string]bool{"a": true}, []corev1.IPFamily{corev1.IPv4Protocol})
-	var got []string
-	for s := range stale {
-		got = append(got, s.Name)
+	tests := []struct {
+		name       string
+		judgePorts bool
+		want       []string
+	}{
+		{"in sync: judged against the live Service", true, []string{"gone-family", "gone-node", "gone-port"}},
+		{"apply refused: only gone nodes", false, []string{"gone-node"}},
 	}
-	sort.Strings(got)
-	want := []string{"gone-family", "gone-node", "gone-port"}
-	if len(got) != len(want) {
-		t.Fatalf("stale = %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("stale = %v, want %v", got, want)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stale := staleSlices(svc, all, map[string]bool{"a": true}, tt.judgePorts)
+			var got []string
+			for s := range stale {
+				got = append(got, s.Name)
+			}
+			sort.Strings(got)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("stale = %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 

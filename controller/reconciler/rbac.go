@@ -10,9 +10,17 @@ package reconciler
 // chart's): its Lease, and the core/v1 Events client-go's leader election
 // still records ("became leader").
 //
+// With the OwnerReferencesPermissionEnforcement admission plugin (on by
+// default in OpenShift) the child Service's owner reference needs more: its
+// blockOwnerDeletion needs update on servicewithhealthchecks/finalizers (a
+// subresource only authorization knows), and setting an owner reference on
+// an existing Service (an adoption) needs delete on services, although the
+// controller never deletes one.
+//
 // +kubebuilder:rbac:groups=network.swh.dev,resources=servicewithhealthchecks,verbs=get;list;watch
 // +kubebuilder:rbac:groups=network.swh.dev,resources=servicewithhealthchecks/status,verbs=update
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=network.swh.dev,resources=servicewithhealthchecks/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -33,6 +35,30 @@ type Reconciler struct {
 	FieldOwner string
 	// Metrics counts writes; nil counts nothing.
 	Metrics *Metrics
+
+	// recheck queues a resource again at a time the reconciler chose
+	// (SetupWithManager makes it). A RequeueAfter would not do: the queue
+	// merges it into any earlier pass, which may still see the status from
+	// before the one that asked.
+	recheck chan event.GenericEvent
+}
+
+// forbiddenRetry is how long the controller waits before trying again a
+// write that RBAC or an admission plugin refused: granting the permission
+// changes nothing it watches.
+const forbiddenRetry = time.Minute
+
+// builtinRecheck is how long after removing a selector someone added the
+// built-in controller's slices are looked for again.
+const builtinRecheck = 5 * time.Second
+
+// serviceState is what syncService found and did.
+type serviceState struct {
+	svc  *corev1.Service
+	cond metav1.Condition
+	// retry asks for another pass soon, with no status written: the cache
+	// was behind the Service.
+	retry bool
 }
 
 // Reconcile brings one resource's Service, slices and status in line.
@@ -46,10 +72,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !swh.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	svc, svcCond, err := r.syncService(ctx, swh)
+	st, err := r.syncService(ctx, swh)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if st.retry {
+		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
+	svc, cond := st.svc, st.cond
 
 	slices := &discoveryv1.EndpointSliceList{}
 	if err := r.Client.List(ctx, slices, client.InNamespace(swh.Namespace), client.MatchingLabels{
@@ -59,27 +89,50 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("listing the slices of %s: %w", req.NamespacedName, err)
 	}
 	live := slices.Items
+	var requeue time.Duration
 	if svc != nil && ownedBy(svc, swh) {
-		live, err = r.collectStaleSlices(ctx, swh, svc, slices.Items)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if svcCond.Reason == ReasonAdopting {
-			svcCond, err = r.finishAdoption(ctx, swh, live, svcCond)
-			if err != nil {
-				return ctrl.Result{}, err
+		// A refused apply leaves the Service as it was, and the agents go
+		// on publishing its ports: none of their slices is stale for it.
+		judgePorts := cond.Reason != ReasonServiceRejected && cond.Reason != ReasonForbidden
+		live, err = r.collectStaleSlices(ctx, swh, svc, slices.Items, judgePorts)
+		if err == nil {
+			switch cond.Reason {
+			case ReasonAdopting:
+				cond, err = r.finishAdoption(ctx, swh, live, cond)
+			case ReasonSelectorRemoved:
+				cond, requeue, err = r.finishSelectorRemoval(ctx, swh, cond)
 			}
 		}
+		if apierrors.IsForbidden(err) {
+			cond, err = r.forbidden(cond, err), nil
+		}
+		if err != nil {
+			if cond.Reason == ReasonSelectorRemoved {
+				// The selector is gone: only the status tells the retry
+				// that built-in slices may remain.
+				_, werr := r.writeStatus(ctx, swh, computeStatus(swh, svc, live, cond))
+				return ctrl.Result{}, errors.Join(err, werr)
+			}
+			return ctrl.Result{}, err
+		}
 	}
-	r.eventOnTransition(swh, svcCond)
-	return r.writeStatus(ctx, swh, computeStatus(swh, svc, live, svcCond))
+	r.eventOnTransition(swh, cond)
+	res, err := r.writeStatus(ctx, swh, computeStatus(swh, svc, live, cond))
+	if cond.Reason == ReasonForbidden {
+		requeue = forbiddenRetry
+	}
+	if err == nil && res.RequeueAfter == 0 {
+		res.RequeueAfter = requeue
+	}
+	return res, err
 }
 
-// syncService creates, updates or adopts the child Service and returns it
-// with the ServiceSynced condition to report. A Service the API server
-// refuses, or one the controller may not take, is a condition, not an error:
-// retrying would fail the same way until the resource changes.
-func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) (*corev1.Service, metav1.Condition, error) {
+// syncService creates, updates or adopts the child Service, puts back what
+// someone else changed on it that changes traffic, and returns it with the
+// ServiceSynced condition to report. A Service the API server refuses, or
+// one the controller may not take, is a condition, not an error: retrying
+// would fail the same way until the resource (or a permission) changes.
+func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) (serviceState, error) {
 	cond := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced}
 	svc := &corev1.Service{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(swh), svc)
@@ -87,7 +140,7 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 	case apierrors.IsNotFound(err):
 		svc = nil
 	case err != nil:
-		return nil, cond, fmt.Errorf("reading Service %s/%s: %w", swh.Namespace, swh.Name, err)
+		return serviceState{}, fmt.Errorf("reading Service %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 
 	adopting := false
@@ -95,64 +148,108 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 		if swh.Annotations[AdoptAnnotation] != "true" {
 			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceConflict
 			cond.Message = fmt.Sprintf("Service %s exists and is not controlled by this resource; set the annotation %s: \"true\" to adopt it", swh.Name, AdoptAnnotation)
-			return svc, cond, nil
+			return serviceState{svc: svc, cond: cond}, nil
 		}
 		if owner := metav1.GetControllerOf(svc); owner != nil {
 			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceConflict
 			cond.Message = fmt.Sprintf("Service %s is controlled by %s %s; it cannot be adopted", swh.Name, owner.Kind, owner.Name)
-			return svc, cond, nil
+			return serviceState{svc: svc, cond: cond}, nil
 		}
 		if err := r.removeSelector(ctx, svc); err != nil {
-			return svc, r.rejected(cond, err), nil
+			if apierrors.IsForbidden(err) {
+				return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
+			}
+			return serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
 		}
 		adopting = true
+	}
+
+	// What the apply does not own: fields the spec leaves unset.
+	removedSelector := ""
+	if svc != nil && !adopting {
+		if d := foreignDrift(swh, svc, r.FieldOwner); d.patch != nil {
+			patched, err := r.revertDrift(ctx, svc, d)
+			switch {
+			case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+				return serviceState{retry: true}, nil // the cache was behind
+			case apierrors.IsForbidden(err):
+				return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
+			case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+				cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceDrifted
+				cond.Message = fmt.Sprintf("someone changed the child Service (%s) and the API server refused to put it back: %v", d, err)
+				return serviceState{svc: svc, cond: cond}, nil
+			case err != nil:
+				return serviceState{}, err
+			}
+			svc, removedSelector = patched, d.selector
+			r.reportRevert(ctx, swh, d)
+		}
 	}
 
 	// A spec the API server refused stays refused until the resource
 	// changes: retrying it on every event would only repeat the error.
 	if prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced); !adopting && prev != nil &&
 		prev.Reason == ReasonServiceRejected && prev.ObservedGeneration == swh.Generation {
-		return svc, *prev, nil
+		return serviceState{svc: svc, cond: *prev}, nil
 	}
 	desired := desiredService(swh)
+	var owned drift
 	if svc != nil && !adopting {
+		owned = ownedDrift(swh, svc, r.FieldOwner)
 		upToDate, err := serviceUpToDate(svc, desired, r.FieldOwner)
 		if err != nil {
-			return nil, cond, err
+			return serviceState{}, err
 		}
-		if upToDate {
-			return svc, r.synced(swh, svc, cond), nil
+		if upToDate && len(owned.fields) == 0 {
+			return serviceState{svc: svc, cond: r.synced(swh, svc, cond, removedSelector)}, nil
 		}
 	}
-	// Force: fields a previous owner (kubectl during an adoption) held
-	// now belong to the resource.
+	// Force: fields a previous owner (kubectl during an adoption) or
+	// someone who changed them since held now belong to the resource.
 	if err := r.Client.Apply(ctx, desired, client.FieldOwner(r.FieldOwner), client.ForceOwnership); err != nil {
-		r.Metrics.serviceWrite("error")
-		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		r.Metrics.serviceWrite(writeResult(err))
+		switch {
+		case apierrors.IsForbidden(err):
+			return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 			log.FromContext(ctx).Info("the API server refused the child Service", "error", err.Error())
-			return svc, r.rejected(cond, err), nil
+			return serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
 		}
-		return nil, cond, fmt.Errorf("applying Service %s/%s: %w", swh.Namespace, swh.Name, err)
+		return serviceState{}, fmt.Errorf("applying Service %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	r.Metrics.serviceWrite("ok")
 	log.FromContext(ctx).Info("applied the child Service", "adopting", adopting)
+	if len(owned.fields) > 0 {
+		r.reportRevert(ctx, swh, owned)
+	}
 	applied := &corev1.Service{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), applied); err != nil {
-		return nil, cond, fmt.Errorf("reading Service %s/%s back: %w", swh.Namespace, swh.Name, err)
+		return serviceState{}, fmt.Errorf("reading Service %s/%s back: %w", swh.Namespace, swh.Name, err)
 	}
 	if adopting {
 		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonAdopting
 		cond.Message = "adopted the Service; the built-in controller's EndpointSlices stay until the agents publish theirs"
-		return applied, cond, nil
+		return serviceState{svc: applied, cond: cond}, nil
 	}
-	return applied, r.synced(swh, applied, cond), nil
+	return serviceState{svc: applied, cond: r.synced(swh, applied, cond, removedSelector)}, nil
 }
 
-// synced returns the ServiceSynced condition of an owned, current Service,
-// keeping an adoption in progress visible.
-func (r *Reconciler) synced(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, cond metav1.Condition) metav1.Condition {
-	if prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced); prev != nil && prev.Reason == ReasonAdopting {
+// synced returns the ServiceSynced condition of an owned, current Service:
+// built-in slices still to delete (an adoption, a selector just removed)
+// stay visible, and so does a label that hides the Service from kube-proxy.
+func (r *Reconciler) synced(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, cond metav1.Condition, removedSelector string) metav1.Condition {
+	if removedSelector != "" {
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonSelectorRemoved
+		cond.Message = fmt.Sprintf("removed the selector %s someone set on the Service; deleting the built-in controller's EndpointSlices, which publish pods by readiness", removedSelector)
+		return cond
+	}
+	if prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced); prev != nil &&
+		(prev.Reason == ReasonAdopting || prev.Reason == ReasonSelectorRemoved) {
 		return *prev
+	}
+	if note := proxyLabelDrift(swh, svc, r.FieldOwner); note != "" {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonServiceDrifted, note
+		return cond
 	}
 	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonServiceSynced
 	cond.Message = fmt.Sprintf("Service %s matches the spec", svc.Name)
@@ -165,9 +262,17 @@ func (r *Reconciler) rejected(cond metav1.Condition, err error) metav1.Condition
 	return cond
 }
 
+// forbidden reports a write that RBAC or an admission plugin refused.
+func (r *Reconciler) forbidden(cond metav1.Condition, err error) metav1.Condition {
+	cond.Status, cond.Reason = metav1.ConditionFalse, ReasonForbidden
+	cond.Message = fmt.Sprintf("the API server forbade a write of the controller (see its RBAC; retried every %s and on changes): %v", forbiddenRetry, err)
+	return cond
+}
+
 // collectStaleSlices deletes the agents' slices no agent will update and
-// returns the others.
-func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, slices []discoveryv1.EndpointSlice) ([]discoveryv1.EndpointSlice, error) {
+// returns the others. A deletion that is forbidden keeps the slice and is
+// returned as the error, with the slices: the status is still worth writing.
+func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, slices []discoveryv1.EndpointSlice, judgePorts bool) ([]discoveryv1.EndpointSlice, error) {
 	nodes := &metav1.PartialObjectMetadataList{}
 	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
 	if err := r.Client.List(ctx, nodes); err != nil {
@@ -177,8 +282,9 @@ func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.Se
 	for i := range nodes.Items {
 		nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
 	}
-	stale := staleSlices(swh, slices, nodeLabels, svc.Spec.IPFamilies)
+	stale := staleSlices(svc, slices, nodeLabels, judgePorts)
 	live := make([]discoveryv1.EndpointSlice, 0, len(slices))
+	var forbidden error
 	for i := range slices {
 		reason, isStale := stale[&slices[i]]
 		if !isStale {
@@ -187,13 +293,18 @@ func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.Se
 		}
 		// Preconditions: never delete a slice that changed since it was read.
 		err := r.Client.Delete(ctx, &slices[i], client.Preconditions{UID: &slices[i].UID, ResourceVersion: &slices[i].ResourceVersion})
+		if apierrors.IsForbidden(err) {
+			live = append(live, slices[i])
+			forbidden = fmt.Errorf("deleting stale slice %s/%s: %w", slices[i].Namespace, slices[i].Name, err)
+			continue
+		}
 		if client.IgnoreNotFound(err) != nil {
 			return nil, fmt.Errorf("deleting stale slice %s/%s: %w", slices[i].Namespace, slices[i].Name, err)
 		}
 		r.Metrics.sliceCollected()
 		log.FromContext(ctx).Info("deleted a stale EndpointSlice", "slice", slices[i].Name, "reason", reason)
 	}
-	return live, nil
+	return live, forbidden
 }
 
 func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, status swhv1alpha1.ServiceWithHealthchecksStatus) (ctrl.Result, error) {
@@ -210,7 +321,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWi
 			r.Metrics.statusWrite("conflict")
 			return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 		}
-		r.Metrics.statusWrite("error")
+		r.Metrics.statusWrite(writeResult(err))
+		if apierrors.IsForbidden(err) {
+			// No condition can say it: the event does.
+			r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonForbidden, "WriteStatus", "%s",
+				eventNote(fmt.Sprintf("the API server forbade writing the status (see the controller's RBAC): %v", err)))
+		}
 		return ctrl.Result{}, fmt.Errorf("writing the status of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	r.Metrics.statusWrite("ok")
@@ -220,12 +336,12 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWi
 // eventOnTransition emits an event when the ServiceSynced condition changes.
 func (r *Reconciler) eventOnTransition(swh *swhv1alpha1.ServiceWithHealthchecks, cond metav1.Condition) {
 	prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
-	if prev != nil && prev.Reason == cond.Reason && prev.Message == cond.Message {
-		return
+	if (prev != nil && prev.Reason == cond.Reason && prev.Message == cond.Message) || cond.Reason == ReasonSelectorRemoved {
+		return // ServiceDriftReverted told the removal
 	}
 	kind := corev1.EventTypeNormal
 	if cond.Status == metav1.ConditionFalse {
 		kind = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(swh, nil, kind, cond.Reason, "SyncService", "%s", cond.Message)
+	r.Recorder.Eventf(swh, nil, kind, cond.Reason, "SyncService", "%s", eventNote(cond.Message))
 }

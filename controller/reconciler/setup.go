@@ -15,9 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
+
+// recheckBuffer bounds the rechecks waiting to be queued.
+const recheckBuffer = 1024
 
 // SetupOptions tune the reconciler's controller.
 type SetupOptions struct {
@@ -29,7 +33,8 @@ type SetupOptions struct {
 // of a resource's spec, labels or annotations (not its status, which the
 // reconciler writes itself), any Service of the same name (so a conflicting
 // Service that goes away is replaced), the agents' slices of the resource,
-// and deleted nodes (whose slices must go).
+// deleted nodes (whose slices must go), and the rechecks the reconciler
+// schedules itself.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 4
@@ -50,6 +55,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		DeleteFunc:  func(event.DeleteEvent) bool { return true },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
+	r.recheck = make(chan event.GenericEvent, recheckBuffer)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("servicewithhealthchecks").
 		For(&swhv1alpha1.ServiceWithHealthchecks{}, builder.WithPredicates(predicate.Or(
@@ -58,6 +64,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		Watches(&discoveryv1.EndpointSlice{}, sliceOwner).
 		WatchesMetadata(&metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}},
 			handler.EnqueueRequestsFromMapFunc(r.allResources), builder.WithPredicates(nodeGone)).
+		WatchesRawSource(source.Channel(r.recheck, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
 }

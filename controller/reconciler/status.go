@@ -19,6 +19,10 @@ const (
 	ReasonServiceConflict       = "ServiceNotOwned"
 	ReasonServiceRejected       = "ServiceRejected"
 	ReasonAdopting              = "Adopting"
+	ReasonForbidden             = "Forbidden"
+	ReasonServiceDrifted        = "ServiceDrifted"
+	ReasonSelectorRemoved       = "SelectorRemoved"
+	ReasonServiceDriftReverted  = "ServiceDriftReverted" // an event only
 	ReasonEndpointsReady        = "EndpointsReady"
 	ReasonSomeEndpointsNotReady = "SomeEndpointsNotReady"
 	ReasonNoReadyEndpoints      = "NoReadyEndpoints"
