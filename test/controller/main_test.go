@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -38,7 +39,12 @@ func TestMain(m *testing.M) {
 		ControlPlane: harness.ControlPlaneOptions{
 			// Dual-stack, so dual-stack resources get both families, and
 			// large enough for the scale check.
-			ExtraAPIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16,fd00:10:96::/112"},
+			// OwnerReferencesPermissionEnforcement (on by default in
+			// OpenShift) makes owner references need RBAC of their own.
+			ExtraAPIServerFlags: map[string]string{
+				"service-cluster-ip-range": "10.96.0.0/16,fd00:10:96::/112",
+				"enable-admission-plugins": "OwnerReferencesPermissionEnforcement",
+			},
 		},
 		Setup: func(_ context.Context, cp *harness.ControlPlane) (func(), error) {
 			controlPlane = cp
@@ -54,8 +60,15 @@ type controller struct {
 	done     chan error
 }
 
-// startController runs a controller until the test ends.
+// startController runs a controller as the cluster administrator until the
+// test ends.
 func startController(t *testing.T, opts app.Options) *controller {
+	t.Helper()
+	return startControllerAs(t, controlPlane.Config, opts)
+}
+
+// startControllerAs runs a controller with cfg's credentials until the test ends.
+func startControllerAs(t *testing.T, cfg *rest.Config, opts app.Options) *controller {
 	t.Helper()
 	c := &controller{registry: prometheus.NewRegistry(), done: make(chan error, 1)}
 	opts.Registry = c.registry
@@ -66,7 +79,7 @@ func startController(t *testing.T, opts app.Options) *controller {
 	if opts.HealthAddr == "" {
 		opts.HealthAddr = "0"
 	}
-	mgr, err := app.NewManager(controlPlane.Config, opts)
+	mgr, err := app.NewManager(cfg, opts)
 	if err != nil {
 		t.Fatalf("creating the controller: %v", err)
 	}

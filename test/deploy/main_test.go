@@ -44,6 +44,10 @@ var controlPlane *harness.ControlPlane
 func TestMain(m *testing.M) {
 	os.Exit(harness.RunSuite(m, harness.SuiteOptions{
 		Name: "deploy",
+		// On by default in OpenShift: owner references need RBAC of their own.
+		ControlPlane: harness.ControlPlaneOptions{
+			ExtraAPIServerFlags: map[string]string{"enable-admission-plugins": "OwnerReferencesPermissionEnforcement"},
+		},
 		Setup: func(_ context.Context, cp *harness.ControlPlane) (func(), error) {
 			controlPlane = cp
 			return nil, nil

@@ -50,13 +50,20 @@ var needs = map[string][]access{
 		{verb: "watch", group: swhGroup, resource: swhRes},
 		{verb: "get", group: swhGroup, resource: swhRes, namespace: appNS},
 		{verb: "update", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
+		// With OwnerReferencesPermissionEnforcement: the child Service's
+		// owner reference blocks the resource's deletion.
+		{verb: "update", group: swhGroup, resource: swhRes, subresource: "finalizers", namespace: appNS},
 		// The child Services: cached, server-side applied (create and
-		// patch), their selector removed on adoption (merge patch).
+		// patch), their selector removed on adoption and what others
+		// changed put back (merge patch); delete only for
+		// OwnerReferencesPermissionEnforcement, which asks for it to set an
+		// owner reference on an existing Service (adoption).
 		{verb: "list", resource: "services"},
 		{verb: "watch", resource: "services"},
 		{verb: "get", resource: "services", namespace: appNS},
 		{verb: "create", resource: "services", namespace: appNS},
 		{verb: "patch", resource: "services", namespace: appNS},
+		{verb: "delete", resource: "services", namespace: appNS},
 		// The agents' slices (cache), built-in slices listed and deleted on adoption.
 		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"},
 		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices"},
@@ -133,7 +140,6 @@ var mustNot = map[string][]access{
 		{verb: "patch", resource: "nodes", name: "node-a"},
 		{verb: "delete", resource: "nodes", name: "node-a"},
 		{verb: "update", resource: "services", namespace: appNS},
-		{verb: "delete", resource: "services", namespace: appNS},
 		{verb: "deletecollection", resource: "services", namespace: appNS},
 		{verb: "patch", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
 		{verb: "create", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,8 +68,9 @@ func noForbidden(t *testing.T, sa string, log *forbiddenLog) {
 
 // TestControllerAsServiceAccount runs the controller as its ServiceAccount
 // with leader election on, through a new child Service and an adoption
-// (selector removed, the built-in slices and Endpoints deleted), and fails on
-// any 403.
+// (selector removed, the built-in slices and Endpoints deleted) under
+// OwnerReferencesPermissionEnforcement, and a selector someone added, and
+// fails on any 403.
 func TestControllerAsServiceAccount(t *testing.T) {
 	installRBAC(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -133,6 +135,21 @@ func TestControllerAsServiceAccount(t *testing.T) {
 			t.Errorf("%T %s not deleted by the adoption (%v)", o, o.GetName(), err)
 		}
 	}
+	// Someone adds a selector to a child Service: the controller removes it.
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"selector":{"app":"fresh"}}}`))
+	if err := c.Patch(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fresh"}}, patch, client.FieldOwner("kubectl-edit")); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, time.Minute, "the selector someone added removed", func() error {
+		svc := &corev1.Service{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "fresh"}, svc); err != nil {
+			return err
+		}
+		if len(svc.Spec.Selector) > 0 {
+			return fmt.Errorf("selector %v", svc.Spec.Selector)
+		}
+		return nil
+	})
 
 	harness.Eventually(t, 30*time.Second, "the controller holds the Lease and recorded it", func() error {
 		lease := &coordinationv1.Lease{}
