@@ -129,13 +129,21 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	}
 	verdicts := make([]endpoints.PodVerdicts, 0, len(pods))
 	why := notReadyReasons{}
+	// On a node that is not Ready, nothing passes: the controller
+	// withdraws the node's endpoints when its agent cannot, and an agent
+	// that can must publish the same, or the two would undo each other.
+	nodeNotReady := endpoints.NodeNotReady(node)
 	for _, pod := range pods {
 		passing, last := p.state.passing(req.NamespacedName, pod.UID, len(probeSpecs))
 		gates := grouping.Gates(pod)
 		ports := make([]endpoints.PortVerdict, len(gates))
 		for i, gate := range gates {
 			ports[i] = gate.Verdict(passing, endpoints.PodReady(pod))
-			if !ports[i].Passing || pod.DeletionTimestamp != nil {
+			switch {
+			case nodeNotReady && ports[i].Port != 0:
+				ports[i].Passing = false
+				why.set(pod.UID, portNames[i], nodeNotReadyCause(p.NodeName))
+			case !ports[i].Passing || pod.DeletionTimestamp != nil:
 				why.set(pod.UID, portNames[i], explainNotReady(pod, gate, passing, last, probeLabels))
 			}
 		}
