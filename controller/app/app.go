@@ -23,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/controller/nodehealth"
 	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/endpoints"
 )
@@ -124,6 +125,14 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := r.SetupWithManager(mgr, reconciler.SetupOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
 		return nil, fmt.Errorf("registering the reconciler: %w", err)
+	}
+	nm, err := nodehealth.NewMetrics(registry)
+	if err != nil {
+		return nil, err
+	}
+	w := &nodehealth.Withdrawer{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: nm}
+	if err := w.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the node health controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)

@@ -69,7 +69,9 @@ var needs = map[string][]access{
 		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices"},
 		{verb: "get", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
 		{verb: "delete", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
-		// Node metadata, to find slices of nodes that are gone.
+		// The agents' slices of a node that is not Ready: withdrawn.
+		{verb: "update", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
+		// Nodes: gone ones' slices are collected, not Ready ones' withdrawn.
 		{verb: "list", resource: "nodes"},
 		{verb: "watch", resource: "nodes"},
 		{verb: "get", resource: "nodes", name: "node-a"},
@@ -143,7 +145,6 @@ var mustNot = map[string][]access{
 		{verb: "deletecollection", resource: "services", namespace: appNS},
 		{verb: "patch", group: swhGroup, resource: swhRes, subresource: "status", namespace: appNS},
 		{verb: "create", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
-		{verb: "update", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
 		{verb: "create", resource: "endpoints", namespace: appNS},
 		{verb: "update", resource: "endpoints", namespace: appNS},
 		{verb: "create", group: swhGroup, resource: swhRes, namespace: appNS},

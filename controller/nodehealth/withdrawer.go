@@ -1,0 +1,220 @@
+package nodehealth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
+)
+
+// ReasonNodeNotReady is the reason of the event on a resource whose
+// endpoints on a node were withdrawn because the node is not Ready.
+const ReasonNodeNotReady = "NodeNotReady"
+
+// Withdrawer is a controller-runtime reconciler of Node names: while a node
+// is not Ready, it keeps every endpoint of the agents' slices of that node
+// withdrawn.
+type Withdrawer struct {
+	// Client reads from the manager's cache (nodes, the agents' slices,
+	// Services, resources) and writes slices.
+	Client client.Client
+	// Recorder emits events on the resources.
+	Recorder events.EventRecorder
+	// Metrics may be nil.
+	Metrics *Metrics
+
+	mu       sync.Mutex
+	notReady map[string]bool
+}
+
+// SetupWithManager registers the Withdrawer: a node whose readiness changes,
+// or any change of an agent's slice on a node that is not Ready (a late
+// write of its agent, say), wakes it up.
+func (w *Withdrawer) SetupWithManager(mgr ctrl.Manager) error {
+	w.notReady = map[string]bool{}
+	readiness := predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return notReady(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return notReady(e.ObjectNew) || notReady(e.ObjectOld)
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+	sliceNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok || s.Labels[discoveryv1.LabelManagedBy] != endpoints.DefaultManagedBy {
+			return nil
+		}
+		for _, ep := range s.Endpoints {
+			if ep.NodeName != nil && *ep.NodeName != "" {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: *ep.NodeName}}}
+			}
+		}
+		return nil
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("nodehealth").
+		For(&corev1.Node{}, builder.WithPredicates(readiness)).
+		Watches(&discoveryv1.EndpointSlice{}, sliceNode).
+		Complete(w)
+}
+
+func notReady(obj client.Object) bool {
+	n, ok := obj.(*corev1.Node)
+	return ok && endpoints.NodeNotReady(n)
+}
+
+// Reconcile withdraws the endpoints of a node that is not Ready.
+func (w *Withdrawer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	node := &corev1.Node{}
+	if err := w.Client.Get(ctx, req.NamespacedName, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Its slices go with it (the reconciler collects them).
+			w.track(req.Name, false)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", req.Name, err)
+	}
+	if !endpoints.NodeNotReady(node) {
+		w.track(node.Name, false)
+		return ctrl.Result{}, nil
+	}
+	w.track(node.Name, true)
+	list := &discoveryv1.EndpointSliceList{}
+	if err := w.Client.List(ctx, list, client.MatchingLabels{
+		discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy,
+		endpoints.DefaultNodeLabel: endpoints.NodeLabelValue(node.Name),
+	}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the slices of node %s: %w", node.Name, err)
+	}
+	since := readySince(node)
+	withdrawn := map[types.NamespacedName]int{}
+	var errs []error
+	for i := range list.Items {
+		s := list.Items[i].DeepCopy()
+		resource := types.NamespacedName{Namespace: s.Namespace, Name: s.Labels[discoveryv1.LabelServiceName]}
+		pnra, err := w.publishesNotReady(ctx, resource)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		serving := countServing(s)
+		if !endpoints.Withdraw(s, pnra) {
+			continue
+		}
+		if !since.IsZero() {
+			if s.Annotations == nil {
+				s.Annotations = map[string]string{}
+			}
+			s.Annotations[corev1.EndpointsLastChangeTriggerTime] = since.UTC().Format(time.RFC3339)
+		}
+		// An update with the slice's resourceVersion: if the agent wrote
+		// in between, this one fails and the slice's event brings the
+		// node back here with the agent's version.
+		if err := w.Client.Update(ctx, s); err != nil {
+			errs = append(errs, fmt.Errorf("withdrawing slice %s/%s: %w", s.Namespace, s.Name, err))
+			continue
+		}
+		withdrawn[resource] += serving
+		w.Metrics.withdrew(serving, since)
+	}
+	w.report(ctx, node, since, withdrawn)
+	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// publishesNotReady reports whether a resource's child Service publishes
+// not-ready addresses (its endpoints then stay ready, as Build makes them).
+func (w *Withdrawer) publishesNotReady(ctx context.Context, resource types.NamespacedName) (bool, error) {
+	svc := &corev1.Service{}
+	if err := w.Client.Get(ctx, resource, svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading Service %s: %w", resource, err)
+	}
+	return svc.Spec.PublishNotReadyAddresses, nil
+}
+
+// report emits one event per resource whose endpoints were withdrawn and
+// logs the withdrawal.
+func (w *Withdrawer) report(ctx context.Context, node *corev1.Node, since time.Time, withdrawn map[types.NamespacedName]int) {
+	if len(withdrawn) == 0 {
+		return
+	}
+	status := "not Ready"
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			status = fmt.Sprintf("Ready=%s (%s)", c.Status, c.Reason)
+		}
+	}
+	names := make([]string, 0, len(withdrawn))
+	total := 0
+	related := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node.Name, UID: node.UID}
+	for resource, n := range withdrawn {
+		names = append(names, resource.String())
+		total += n
+		swh := &swhv1alpha1.ServiceWithHealthchecks{}
+		if err := w.Client.Get(ctx, resource, swh); err != nil {
+			continue // gone: nothing to tell
+		}
+		w.Recorder.Eventf(swh, related, corev1.EventTypeWarning, ReasonNodeNotReady, "WithdrawEndpoints",
+			"node %s is %s since %s: %d endpoints on it withdrawn until it is Ready and its agent publishes",
+			node.Name, status, since.UTC().Format(time.RFC3339), n)
+	}
+	sort.Strings(names)
+	log.FromContext(ctx).Info("endpoints of a node that is not Ready withdrawn", "node", node.Name,
+		"status", status, "endpoints", total, "resources", strings.Join(names, ","), "afterCondition", time.Since(since).Round(time.Millisecond).String())
+}
+
+// track keeps the not-ready gauge.
+func (w *Withdrawer) track(node string, notReady bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if notReady {
+		w.notReady[node] = true
+	} else {
+		delete(w.notReady, node)
+	}
+	w.Metrics.setNotReady(len(w.notReady))
+}
+
+// readySince is when the node's Ready condition last changed.
+func readySince(node *corev1.Node) time.Time {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// countServing counts the endpoints of a slice that serve.
+func countServing(s *discoveryv1.EndpointSlice) int {
+	n := 0
+	for _, ep := range s.Endpoints {
+		if ep.Conditions.Serving == nil || *ep.Conditions.Serving {
+			n++
+		}
+	}
+	return n
+}
