@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -147,4 +148,30 @@ func (r *Reconciler) recheckAfter(swh *swhv1alpha1.ServiceWithHealthchecks, d ti
 		default:
 		}
 	})
+}
+
+// wasForbidden reports whether the status says a write was forbidden.
+func wasForbidden(swh *swhv1alpha1.ServiceWithHealthchecks) bool {
+	prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
+	return prev != nil && prev.Reason == ReasonForbidden
+}
+
+// resumeAfterForbidden looks, once the Service is in line again after a
+// forbidden write, for built-in slices an adoption or a selector removal
+// was stopped from deleting (the status said Forbidden, not what was left
+// to do), and resumes as an adoption: they go once the agents publish.
+func (r *Reconciler) resumeAfterForbidden(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, cond metav1.Condition) (metav1.Condition, error) {
+	left := &discoveryv1.EndpointSliceList{}
+	if err := r.APIReader.List(ctx, left, client.InNamespace(swh.Namespace), client.Limit(1), client.MatchingLabels{
+		discoveryv1.LabelServiceName: swh.Name,
+		discoveryv1.LabelManagedBy:   builtinManagedBy,
+	}); err != nil {
+		return cond, fmt.Errorf("listing the built-in slices of %s/%s: %w", swh.Namespace, swh.Name, err)
+	}
+	if len(left.Items) == 0 {
+		return cond, nil
+	}
+	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonAdopting
+	cond.Message = "the built-in controller's EndpointSlices, whose deletion was forbidden, stay until the agents publish theirs"
+	return cond, nil
 }

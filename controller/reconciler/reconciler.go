@@ -95,6 +95,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// on publishing its ports: none of their slices is stale for it.
 		judgePorts := cond.Reason != ReasonServiceRejected && cond.Reason != ReasonForbidden
 		live, err = r.collectStaleSlices(ctx, swh, svc, slices.Items, judgePorts)
+		if err == nil && cond.Reason == ReasonServiceSynced && wasForbidden(swh) {
+			cond, err = r.resumeAfterForbidden(ctx, swh, cond)
+		}
 		if err == nil {
 			switch cond.Reason {
 			case ReasonAdopting:
@@ -107,9 +110,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			cond, err = r.forbidden(cond, err), nil
 		}
 		if err != nil {
-			if cond.Reason == ReasonSelectorRemoved {
-				// The selector is gone: only the status tells the retry
-				// that built-in slices may remain.
+			if cond.Reason == ReasonSelectorRemoved || cond.Reason == ReasonAdopting {
+				// Only the status tells the retry that built-in slices
+				// remain (the selector is gone, the Service is owned).
 				_, werr := r.writeStatus(ctx, swh, computeStatus(swh, svc, live, cond))
 				return ctrl.Result{}, errors.Join(err, werr)
 			}
