@@ -27,6 +27,10 @@ const (
 	externalIP  = "10.250.0.100" // the client outside the cluster
 	clusterCIDR = "10.245.0.0/16"
 	nodeCount   = 3
+	// nodeMonitorGracePeriod is how long a node may miss its heartbeats
+	// before the node lifecycle controller marks it Ready=Unknown (40 s by
+	// default; shorter here so scenario 9 takes seconds).
+	nodeMonitorGracePeriod = 8 * time.Second
 )
 
 func nodeIP(i int) string       { return fmt.Sprintf("10.250.0.%d", 10+i) }
@@ -67,8 +71,14 @@ type Node struct {
 	c      *Cluster
 	mu     sync.Mutex
 	next   int
-	// agentRuns numbers the agent's runs, for log names.
-	agentRuns int
+	// agentRuns and proxyRuns number the runs, for log names.
+	agentRuns, proxyRuns int
+	// heartbeat renews the node's Lease, as its kubelet would; nil while
+	// the node is silent.
+	heartbeat *harness.Heartbeat
+	// proxyConfig and proxyEnv start its kube-proxy.
+	proxyConfig string
+	proxyEnv    []string
 }
 
 // Pod is a pod namespace joined to its node by a routed veth pair.
@@ -302,20 +312,30 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0"); err != nil {
 		return c, err
 	}
-	if _, err := c.start(nil, "kube-controller-manager", nil, filepath.Join(bin, "kube-controller-manager"),
-		"--kubeconfig="+cp.Kubeconfig, "--controllers=endpointslice-controller,endpointslice-mirroring-controller",
-		"--leader-elect=false", "--secure-port=0"); err != nil {
-		return c, err
-	}
+	// The nodes and their heartbeats first: the node lifecycle controller
+	// marks a node that does not renew its Lease within the grace period
+	// Ready=Unknown (scenario 9 stops one).
 	for _, n := range c.Nodes {
 		if _, err := harness.CreateNode(ctx, cp.Client, harness.NodeOptions{Name: n.Name, InternalIP: n.IP, Zone: "zone-" + n.Name}); err != nil {
 			return c, err
 		}
-		config := filepath.Join(dir, n.Name+"-kube-proxy.yaml")
-		if err := os.WriteFile(config, []byte(c.kubeProxyConfig(n, proxyKubeconfig)), 0o600); err != nil {
-			return c, fmt.Errorf("writing %s: %w", config, err)
+		if err := n.StartHeartbeat(); err != nil {
+			return c, err
 		}
-		if n.Proxy, err = c.start(n.NS, n.Name+"-kube-proxy", proxyEnv, filepath.Join(bin, "kube-proxy"), "--config="+config, "--v=2"); err != nil {
+	}
+	if _, err := c.start(nil, "kube-controller-manager", nil, filepath.Join(bin, "kube-controller-manager"),
+		"--kubeconfig="+cp.Kubeconfig,
+		"--controllers=endpointslice-controller,endpointslice-mirroring-controller,node-lifecycle-controller",
+		"--node-monitor-period=1s", "--node-monitor-grace-period="+nodeMonitorGracePeriod.String(),
+		"--leader-elect=false", "--secure-port=0"); err != nil {
+		return c, err
+	}
+	for _, n := range c.Nodes {
+		n.proxyConfig, n.proxyEnv = filepath.Join(dir, n.Name+"-kube-proxy.yaml"), proxyEnv
+		if err := os.WriteFile(n.proxyConfig, []byte(c.kubeProxyConfig(n, proxyKubeconfig)), 0o600); err != nil {
+			return c, fmt.Errorf("writing %s: %w", n.proxyConfig, err)
+		}
+		if err := n.StartProxy(); err != nil {
 			return c, err
 		}
 		if err := n.StartAgent(ctx); err != nil {
@@ -328,6 +348,59 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 		}
 	}
 	return c, nil
+}
+
+// StartProxy starts the node's kube-proxy inside the node's namespace.
+func (n *Node) StartProxy() error {
+	n.proxyRuns++
+	name := n.Name + "-kube-proxy"
+	if n.proxyRuns > 1 {
+		name = fmt.Sprintf("%s-%d", name, n.proxyRuns)
+	}
+	p, err := n.c.start(n.NS, name, n.proxyEnv, filepath.Join(n.c.bin, "kube-proxy"), "--config="+n.proxyConfig, "--v=2")
+	if err != nil {
+		return err
+	}
+	n.Proxy = p
+	return nil
+}
+
+// StartHeartbeat renews the node's Lease every second, as its kubelet would.
+func (n *Node) StartHeartbeat() error {
+	h, err := harness.StartHeartbeat(n.c.CP.Client, n.Name, time.Second)
+	if err != nil {
+		return err
+	}
+	n.heartbeat = h
+	return nil
+}
+
+// StopHeartbeat stops renewing the node's Lease: after the grace period
+// the node lifecycle controller finds the node silent.
+func (n *Node) StopHeartbeat() {
+	if n.heartbeat != nil {
+		n.heartbeat.Stop()
+		n.heartbeat = nil
+	}
+}
+
+// Unplug takes the node's link to the bridge down: nothing reaches the node
+// or its pods any more, as when a machine loses power or its network.
+func (n *Node) Unplug() error { return world("link set " + nodeVeth(n.Index) + " down") }
+
+// Plug brings the node's link back, and forgets the failed neighbour
+// entries the outage left in the world and on every node: until they
+// expire, connections to or through the node fail with "no route to host".
+func (n *Node) Plug() error {
+	if err := world("link set "+nodeVeth(n.Index)+" up", "neigh flush dev "+bridgeName); err != nil {
+		return err
+	}
+	for _, other := range n.c.Nodes {
+		if err := other.NS.IP("neigh flush dev eth0"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // StartAgent starts the node's swh-agent inside the node's namespace, as a
@@ -468,6 +541,9 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	var errs []error
+	for _, n := range c.Nodes {
+		n.StopHeartbeat()
+	}
 	c.mu.Lock()
 	procs := append([]*Proc(nil), c.procs...)
 	c.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/harness"
 )
 
 // The scenarios run in this order; the last one loses node-3 for good.
@@ -350,11 +351,105 @@ func TestAgentRestart(t *testing.T) {
 	f.loopResult("client loop through a restart of every agent (one killed)", time.Since(start), loop.Stop(), want...)
 }
 
-// 9. A node lost: its agent and kube-proxy stop and its Node goes; its
+// 9. A node unreachable: the machine drops off the network (its link goes
+// down), its heartbeats, agent and kube-proxy stop, and its Node object
+// stays. After the grace period the node lifecycle controller marks it
+// Ready=Unknown; the controller then withdraws its endpoints, and the
+// other nodes' clients reach only the remaining pods. When the machine
+// returns (heartbeats, Ready, kube-proxy and agent again), its pod serves
+// again without a manual step.
+func TestNodeUnreachable(t *testing.T) {
+	f := newFixture(t, "9 node unreachable")
+	n := cluster.Nodes
+	var want []string
+	for i, node := range n {
+		name := fmt.Sprintf("nu-%d", i+1)
+		f.http(f.pod(node, name, "nu", nil), 8080, false)
+		want = append(want, name)
+	}
+	start := time.Now()
+	svc := f.swh("nu", "nu", nil, webPort, httpProbe(intstr.FromInt32(8080)))
+	from1, from2 := HTTPGet(n[0].Client.NS, webURL(svc)), HTTPGet(n[1].Client.NS, webURL(svc))
+	f.converge(start, ex("all three, from node-1", from1, 100, want...))
+
+	lost := n[2]
+	if err := lost.Unplug(); err != nil {
+		t.Fatal(err)
+	}
+	lost.StopHeartbeat()
+	lost.Agent.Kill()
+	lost.Proxy.Kill()
+	start = time.Now()
+	// When the node lifecycle controller changed the condition: its
+	// lastTransitionTime (whole seconds, so up to 1 s early) and when this
+	// test first saw it (polled every 20 ms, so a little late).
+	var changed, seen time.Time
+	for deadline := start.Add(convergeTimeout); changed.IsZero(); time.Sleep(20 * time.Millisecond) {
+		node := &corev1.Node{}
+		if err := f.c().Get(f.ctx, types.NamespacedName{Name: lost.Name}, node); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				changed, seen = c.LastTransitionTime.Time, time.Now()
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s still Ready %v after its heartbeats stopped", lost.Name, convergeTimeout)
+		}
+	}
+	t.Logf("%s: Ready=Unknown %v after its heartbeats stopped (grace period %v)", lost.Name, seen.Sub(start).Round(100*time.Millisecond), nodeMonitorGracePeriod)
+	sinceSeen := f.waitSlices("node-3's endpoints withdrawn", "nu", seen, func(s []discoveryv1.EndpointSlice) bool {
+		found := false
+		for _, sl := range s {
+			for _, ep := range sl.Endpoints {
+				if ep.NodeName != nil && *ep.NodeName == lost.Name {
+					found = true
+					if ep.Conditions.Serving == nil || *ep.Conditions.Serving || ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+						return false
+					}
+				}
+			}
+		}
+		return found // withdrawn, not deleted: the Node is still there
+	})
+	sinceChanged := sinceSeen + seen.Sub(changed)
+	report.Add(Row{Scenario: f.scenario, Step: "node-3 Ready=Unknown seen -> endpoints withdrawn", Converge: sinceSeen})
+	report.Add(Row{Scenario: f.scenario, Step: "node-3 Ready=Unknown (its timestamp) -> withdrawn", Converge: sinceChanged})
+	t.Logf("node-3's endpoints withdrawn %v after the test saw Ready=Unknown, %v after the condition's (whole-second) timestamp",
+		sinceSeen.Round(10*time.Millisecond), sinceChanged.Round(10*time.Millisecond))
+	f.converge(start,
+		ex("node-3 unreachable: from node-1", from1, 100, "nu-1", "nu-2"),
+		ex("node-3 unreachable: from node-2", from2, 100, "nu-1", "nu-2"))
+
+	// The machine comes back: network, heartbeats, a Ready status, then its
+	// kube-proxy and agent, as after a reboot.
+	if err := lost.Plug(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lost.StartHeartbeat(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := harness.SetNodeReady(f.ctx, f.c(), lost.Name, corev1.ConditionTrue); err != nil {
+		t.Fatal(err)
+	}
+	if err := lost.StartProxy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lost.StartAgent(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	f.converge(start,
+		ex("node-3 back: from node-1", from1, 100, want...),
+		ex("node-3 back: from node-2", from2, 100, want...))
+}
+
+// 10. A node lost: its agent and kube-proxy stop and its Node goes; its
 // slices are cleaned up and the other nodes' clients reach only the
 // remaining pods. Runs last: node-3 stays lost.
 func TestNodeLost(t *testing.T) {
-	f := newFixture(t, "9 node lost")
+	f := newFixture(t, "10 node lost")
 	n := cluster.Nodes
 	var want []string
 	for i, node := range n {
@@ -370,6 +465,7 @@ func TestNodeLost(t *testing.T) {
 	// A lost machine shuts nothing down cleanly: the agent and kube-proxy
 	// are killed, so only the controller can clean up after them.
 	lost := n[2]
+	lost.StopHeartbeat()
 	lost.Agent.Kill()
 	lost.Proxy.Kill()
 	start = time.Now()
