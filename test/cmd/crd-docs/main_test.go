@@ -43,7 +43,7 @@ func TestEveryRuleAndDefaultIsRendered(t *testing.T) {
 	}
 	for _, want := range []string{
 		"#### `spec.healthcheck.probes[].postgreSQL.tlsMode`",
-		"default `\"disable\"`",
+		"default `\"postgres\"`",
 		"#### `spec.ports[].targetPort`",
 		"**integer or string**",
 		"default `[\"200-399\"]`",
