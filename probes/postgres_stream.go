@@ -57,10 +57,14 @@ type streamError struct {
 func (e *streamError) Error() string { return e.msg }
 
 // pgStream checks the server's side of a PostgreSQL connection, message by
-// message, before lib/pq reads it. It sits above TLS. A refused message is
-// never passed on, in whole or in part, so pq never acts on it (sending a
-// password, say) nor allocates for it; the refusal is kept for the probe's
-// result.
+// message, before lib/pq reads it. It sits above TLS. Each read is checked
+// before any of it is handed on, and a refusal fails that read and every
+// later one: pq may have been given the first bytes of a refused message
+// (a header split across reads), but never its last byte, and so never the
+// whole message. pq reads a header and a body each with io.ReadFull before
+// acting on them, so it never allocates for a refused length nor acts on a
+// refused request (sending a password, say). The refusal is kept for the
+// probe's result.
 type pgStream struct {
 	net.Conn
 	// cleartextOK lets a request for the password in clear text through.
@@ -73,7 +77,7 @@ type pgStream struct {
 	authBuf [64]byte
 	plain   int  // >= 0 while in a plain-text error: its bytes so far
 	inPlain bool // reading a plain-text error, up to a NUL
-	ended   bool // after a plain-text error the server has nothing to say
+	ended   bool // after a plain-text error pq reads nothing more
 	total   int
 	first   bool // the next message is the server's first
 
@@ -107,7 +111,9 @@ func (s *pgStream) scan(b []byte) *streamError {
 	for len(b) > 0 {
 		switch {
 		case s.ended:
-			return &streamError{ReasonProtocol, "the server sent more after its plain-text error"}
+			// pq has the error and stops reading: whatever follows
+			// is not parsed, only counted.
+			return nil
 		case s.inPlain:
 			i := bytes.IndexByte(b, 0)
 			if i < 0 {
