@@ -23,6 +23,12 @@ const (
 	// the longest probe period (3600 s), so a slow probe's credentials stay
 	// known between its runs.
 	secretIdle = 2 * time.Hour
+	// secretRetryFirst and secretRetryMax bound the backoff of a Secret not
+	// read yet (see retryAfter): an agent started during an API server blip,
+	// or a Secret created just after its resource, must not wait a whole
+	// reuse period for its first credentials.
+	secretRetryFirst = time.Second
+	secretRetryMax   = 5 * time.Second
 )
 
 // secretCache holds the credentials Secrets the PostgreSQL probes read. A
@@ -31,14 +37,18 @@ const (
 // per Secret per ttl. A failed refresh keeps the last good data (an API
 // server restart must not withdraw endpoints), except NotFound: the Secret
 // was deleted. A probe with no credentials yet waits for the one read in
-// flight of its Secret, however many probes ask at once.
+// flight of its Secret, however many probes ask at once; until a read of a
+// Secret succeeds, reads are retried on a short backoff instead of once
+// per ttl.
 type secretCache struct {
 	reader  client.Reader
 	ttl     time.Duration
 	timeout time.Duration
 	idle    time.Duration
-	log     logr.Logger
-	metrics *Metrics
+	// retryFirst and retryMax are the backoff of a Secret not read yet.
+	retryFirst, retryMax time.Duration
+	log                  logr.Logger
+	metrics              *Metrics
 	// onTLSModeChange, when set, is called (without the lock) after a read
 	// changed the tlsMode a Secret holds, its first read included.
 	onTLSModeChange func(types.NamespacedName)
@@ -61,11 +71,17 @@ type secretEntry struct {
 	inflight chan struct{}
 	// failingSince is when the current streak of failed reads began.
 	failingSince time.Time
+	// everRead is set by the first successful read of the Secret, NotFound
+	// excepted; until then backoff, the wait after a failed read, applies
+	// instead of the ttl.
+	everRead bool
+	backoff  time.Duration
 }
 
 func newSecretCache(reader client.Reader, ttl time.Duration, log logr.Logger, m *Metrics) *secretCache {
 	return &secretCache{
 		reader: reader, ttl: ttl, timeout: secretReadTimeout, idle: max(secretIdle, 4*ttl),
+		retryFirst: secretRetryFirst, retryMax: secretRetryMax,
 		log: log, metrics: m, entries: map[types.NamespacedName]*secretEntry{},
 	}
 }
@@ -82,7 +98,7 @@ func (c *secretCache) get(ctx context.Context, key types.NamespacedName) (map[st
 		c.entries[key] = e
 	}
 	e.used = now
-	due := e.inflight == nil && (e.attempted.IsZero() || now.Sub(e.attempted) >= c.ttl)
+	due := e.inflight == nil && (e.attempted.IsZero() || now.Sub(e.attempted) >= c.retryAfter(e))
 	if due {
 		c.start(key, e, now)
 	}
@@ -93,7 +109,7 @@ func (c *secretCache) get(ctx context.Context, key types.NamespacedName) (map[st
 	}
 	done := e.inflight
 	if done == nil {
-		// The last read failed less than ttl ago: its answer stands.
+		// The last read failed less than retryAfter ago: its answer stands.
 		err := e.err
 		c.mu.Unlock()
 		return nil, err
@@ -130,6 +146,20 @@ func (c *secretCache) len() int {
 	return len(c.entries)
 }
 
+// retryAfter is how long after the start of a Secret's last read the next
+// one is due: the ttl once the Secret was read, a backoff before. NotFound
+// counts as not read: a Secret created just after its resource (kubectl
+// apply of a directory creates them in any order) then takes effect within
+// seconds. That costs one GET per missing Secret per retryMax while it is
+// missing, never more however many probes ask. A Secret deleted after it
+// was read is read again once per ttl. c.mu is held.
+func (c *secretCache) retryAfter(e *secretEntry) time.Duration {
+	if e.everRead || e.backoff == 0 {
+		return c.ttl
+	}
+	return min(e.backoff, c.ttl)
+}
+
 // start begins a read of key; c.mu is held.
 func (c *secretCache) start(key types.NamespacedName, e *secretEntry, now time.Time) {
 	e.attempted = now
@@ -156,6 +186,16 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 	default:
 		outcome = "error"
 		e.err = fmt.Errorf("reading Secret %s: %w", key, err)
+	}
+	switch {
+	case err == nil:
+		e.everRead, e.backoff = true, 0
+	case e.everRead:
+		// Read before: the next read is due after the ttl.
+	case e.backoff == 0:
+		e.backoff = c.retryFirst
+	default:
+		e.backoff = min(2*e.backoff, c.retryMax)
 	}
 	streakBegins := err != nil && e.failingSince.IsZero()
 	failedFor := time.Duration(0)

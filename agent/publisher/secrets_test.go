@@ -184,6 +184,76 @@ func TestSecretCacheKeepsCredentialsWhileReadsFail(t *testing.T) {
 	}
 }
 
+// TestSecretCacheRetriesSoonUntilFirstRead: a Secret never read (an agent
+// started during an API server blip, a Secret created just after its
+// resource) is read again on a short backoff, not once per reuse period,
+// still one read at a time however many probes ask; once read, the reuse
+// period applies again, a later NotFound included.
+func TestSecretCacheRetriesSoonUntilFirstRead(t *testing.T) {
+	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"the API server answers 500", apierrors.NewInternalError(errors.New("etcd is sad"))},
+		{"the Secret does not exist yet", apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, dbName)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const retryFirst, retryMax = 10 * time.Millisecond, 40 * time.Millisecond
+			var failing atomic.Bool
+			failing.Store(true)
+			r := &secretReader{}
+			r.set(func(context.Context) (map[string][]byte, error) {
+				if failing.Load() {
+					return nil, tc.err
+				}
+				return testCredentials(), nil
+			})
+			c := newSecretCache(r, time.Hour, logr.Discard(), nil)
+			c.retryFirst, c.retryMax = retryFirst, retryMax
+			ctx := context.Background()
+
+			// Ten probes asking every 5 ms for 200 ms: reads start at about
+			// 0, 10, 30, 70, 110, 150 and 190 ms (later on a loaded
+			// machine, never sooner).
+			start := time.Now()
+			var wg sync.WaitGroup
+			for range 10 {
+				wg.Go(func() {
+					for time.Since(start) < 200*time.Millisecond {
+						if _, err := c.get(ctx, dbKey); err == nil {
+							t.Error("a probe got credentials while every read failed")
+							return
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				})
+			}
+			wg.Wait()
+			if n := r.gets.Load(); n < 3 || n > 10 {
+				t.Errorf("%d reads in 200 ms of failures before the first success, want 3 to 10 (a backoff from %v to %v)", n, retryFirst, retryMax)
+			}
+
+			failing.Store(false)
+			waitFor(t, func() bool { _, err := c.get(ctx, dbKey); return err == nil })
+
+			// Read once: a failure now waits for the reuse period (an hour).
+			failing.Store(true)
+			c.mu.Lock()
+			c.entries[dbKey].attempted = time.Now().Add(-time.Hour)
+			c.mu.Unlock()
+			before := r.gets.Load()
+			for range 20 {
+				_, _ = c.get(ctx, dbKey)
+				time.Sleep(5 * time.Millisecond)
+			}
+			if n := r.gets.Load() - before; n != 1 {
+				t.Errorf("a Secret read before was read %d times in 100 ms after a failure, want 1 (then once per reuse period)", n)
+			}
+		})
+	}
+}
+
 func TestSecretCacheFirstReadIsBoundedByTheProbe(t *testing.T) {
 	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
 	r := &secretReader{}

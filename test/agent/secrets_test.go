@@ -57,15 +57,16 @@ type roundTripper func(*http.Request) (*http.Response, error)
 func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // startAgentThrough is startAgent with the agent's API traffic going
-// through wrap.
-func startAgentThrough(t *testing.T, node string, wrap func(http.RoundTripper) http.RoundTripper) *agent {
+// through wrap and a Secret reuse period of secretTTL (0: the agent's
+// default, 30 s).
+func startAgentThrough(t *testing.T, node string, secretTTL time.Duration, wrap func(http.RoundTripper) http.RoundTripper) *agent {
 	t.Helper()
 	cfg := rest.CopyConfig(controlPlane.Config)
 	cfg.Wrap(wrap)
 	a := &agent{node: node, registry: prometheus.NewRegistry(), done: make(chan error, 1)}
 	mgr, err := agentapp.NewManager(cfg, agentapp.Options{
 		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry,
-		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: time.Second},
+		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: secretTTL},
 	})
 	if err != nil {
 		t.Fatalf("creating the agent of %s: %v", node, err)
@@ -154,9 +155,18 @@ func (w *steadySlices) verify(t *testing.T, during string) {
 }
 
 // gatedDatabase starts PostgreSQL on ip, a pod db-0 of node A for it, its
-// credentials Secret and a resource name gated by a PostgreSQL probe that
-// fails at the first failure, and waits until the pod is published ready.
+// credentials Secret and a resource name gated by a PostgreSQL probe, and
+// waits until the pod is published ready.
 func gatedDatabase(t *testing.T, ns, name, ip string) map[string]string {
+	t.Helper()
+	want := newGatedDatabase(t, ns, name, ip)
+	waitPublished(t, ns, name, want)
+	return want
+}
+
+// newGatedDatabase is gatedDatabase without the wait; it returns the
+// slices of the pod published ready.
+func newGatedDatabase(t *testing.T, ns, name, ip string) map[string]string {
 	t.Helper()
 	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip})
 	dbPod(t, ns, "db-0", nodeA, ip)
@@ -166,9 +176,7 @@ func gatedDatabase(t *testing.T, ns, name, ip string) map[string]string {
 	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{name + "-node-a": "db-0:TTF"}
-	waitPublished(t, ns, name, want)
-	return want
+	return map[string]string{name + "-node-a": "db-0:TTF"}
 }
 
 // TestSecretReadErrorsKeepPostgreSQLEndpoints: once the credentials are
@@ -177,7 +185,7 @@ func gatedDatabase(t *testing.T, ns, name, ip string) map[string]string {
 // on at most once per period.
 func TestSecretReadErrorsKeepPostgreSQLEndpoints(t *testing.T) {
 	gets := &secretGets{}
-	a := startAgentThrough(t, nodeA, gets.wrap)
+	a := startAgentThrough(t, nodeA, time.Second, gets.wrap)
 	ns := namespace(t)
 	want := gatedDatabase(t, ns, "blip", "10.244.60.1")
 
@@ -200,6 +208,41 @@ func TestSecretReadErrorsKeepPostgreSQLEndpoints(t *testing.T) {
 	}
 	if n := a.metric(t, "swh_agent_probe_results_total", map[string]string{"mode": "PostgreSQL", "status": "failure"}); n != 0 {
 		t.Errorf("%v PostgreSQL probes failed while the Secret could not be read", n)
+	}
+}
+
+// TestFirstSecretReadRetriedSoon: an agent (with the default 30 s reuse
+// period) that starts while Secret reads fail, as during an API server
+// blip, reads the Secret again on a short backoff: the PostgreSQL-gated
+// endpoint is ready within seconds of the blip's end, not 30.
+func TestFirstSecretReadRetriedSoon(t *testing.T) {
+	gets := &secretGets{}
+	gets.failing.Store(true)
+	startAgentThrough(t, nodeA, 0, gets.wrap)
+	ns := namespace(t)
+	want := newGatedDatabase(t, ns, "blip-start", "10.244.65.1")
+	harness.Eventually(t, 20*time.Second, "a Secret read answered 500", func() error {
+		if gets.count.Load() == 0 {
+			return fmt.Errorf("no Secret read yet")
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second)
+	gets.failing.Store(false)
+	healed := time.Now()
+	// The backoff is at most 2 s by now (1 s, then 2 s): with probes every
+	// second, the pod is ready about 2 s after the blip; 10 s tells that
+	// from the 30 s reuse period.
+	for {
+		got, _, err := published(context.Background(), ns, "blip-start")
+		if err == nil && fmt.Sprint(got) == fmt.Sprint(want) {
+			t.Logf("ready %v after Secret reads stopped failing (%d reads)", time.Since(healed).Round(10*time.Millisecond), gets.count.Load())
+			return
+		}
+		if time.Since(healed) > 10*time.Second {
+			t.Fatalf("10 s after Secret reads stopped failing, the slices are %v, want %v (%d Secret reads)", got, want, gets.count.Load())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
