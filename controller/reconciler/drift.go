@@ -21,10 +21,8 @@ import (
 // apply leaves it; a field the spec sets moves to whoever changed it, and
 // the forced apply takes it back.
 type drift struct {
-	// fields are the metric labels of what drifted, once each.
-	fields []string
-	// notes say what drifted and which field managers set it.
-	notes []string
+	// changes say what drifted, in the order found.
+	changes []change
 	// patch, a JSON merge patch of spec, puts back the fields the spec
 	// leaves unset (null: the API server defaults them again); nil when
 	// none drifted.
@@ -33,46 +31,92 @@ type drift struct {
 	selector string
 }
 
-func (d *drift) add(field, note string) {
-	if !slices.Contains(d.fields, field) {
-		d.fields = append(d.fields, field)
-	}
-	d.notes = append(d.notes, note)
+// change is one drifted value.
+type change struct {
+	// field is the metric label (the spec field).
+	field string
+	// note says what drifted and which field managers set it.
+	note string
+	// path is where managed fields record the value.
+	path []string
 }
 
-func (d *drift) unset(field string, value any, note string) {
-	if d.patch == nil {
-		d.patch = map[string]any{}
-	}
+func (d *drift) add(field, note string, path ...string) {
+	d.changes = append(d.changes, change{field: field, note: note, path: path})
+}
+
+func (d *drift) unset(field string, value any, note string, path ...string) {
+	d.patch = orNew(d.patch)
 	d.patch[field] = value
-	d.add(field, note)
+	d.add(field, note, path...)
+}
+
+// fields lists the drifted fields, once each.
+func (d drift) fields() []string {
+	var out []string
+	for _, c := range d.changes {
+		if !slices.Contains(out, c.field) {
+			out = append(out, c.field)
+		}
+	}
+	return out
 }
 
 // String lists the notes for events and logs.
-func (d drift) String() string { return strings.Join(d.notes, "; ") }
+func (d drift) String() string {
+	notes := make([]string, 0, len(d.changes))
+	for _, c := range d.changes {
+		notes = append(notes, c.note)
+	}
+	return strings.Join(notes, "; ")
+}
+
+// split returns the changes for which mine is true and the others, with no
+// patch: for reporting.
+func (d drift) split(mine func(change) bool) (yes, no drift) {
+	for _, c := range d.changes {
+		if mine(c) {
+			yes.changes = append(yes.changes, c)
+		} else {
+			no.changes = append(no.changes, c)
+		}
+	}
+	return yes, no
+}
 
 // foreignDrift returns the fields of the live Service that the spec leaves
-// unset and that someone set in a way that changes traffic: a selector (the
-// built-in EndpointSlice controller would publish pods by readiness next to
-// the agents' slices), ports the spec does not have, and a type, traffic
-// policy, affinity, external IPs, source ranges, traffic distribution or
-// publishNotReadyAddresses other than the API server's default.
-func foreignDrift(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, fieldOwner string) drift {
+// unset and that another field manager than the controller's apply set in a
+// way that changes traffic: a selector (the built-in EndpointSlice
+// controller would publish pods by readiness next to the agents' slices),
+// ports the spec does not have, and a type, traffic policy, affinity,
+// external IPs, source ranges, traffic distribution or
+// publishNotReadyAddresses other than the API server's default. A value the
+// controller's apply owns is never drift: it is what the last applied spec
+// said, and a spec that no longer says it is a change the apply makes (or,
+// when the API server refuses it, must not be made by other means). Only
+// the fields include accepts are looked at (nil: all).
+func foreignDrift(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, fieldOwner string, include func(field string) bool) drift {
 	want := swh.Spec.ServiceSpec()
 	live := &svc.Spec
 	by := func(path ...string) string { return setBy(svc, fieldOwner, path...) }
+	// foreign: the field is looked at and the controller's apply does not
+	// own the value.
+	foreign := func(field string, path ...string) bool {
+		return (include == nil || include(field)) && !appliedBy(svc, fieldOwner, path...)
+	}
 	var d drift
 
-	if len(live.Selector) > 0 {
+	if p := []string{"f:spec", "f:selector"}; len(live.Selector) > 0 && foreign("selector", p...) {
 		d.selector = labels.SelectorFromSet(live.Selector).String()
-		d.unset("selector", nil, "selector "+d.selector+by("f:spec", "f:selector"))
+		d.unset("selector", nil, "selector "+d.selector+by(p...), p...)
 	}
-	typeReset := want.Type == "" && live.Type != "" && live.Type != corev1.ServiceTypeClusterIP
+	typePath := []string{"f:spec", "f:type"}
+	typeReset := want.Type == "" && live.Type != "" && live.Type != corev1.ServiceTypeClusterIP && foreign("type", typePath...)
 	if typeReset {
-		d.unset("type", nil, fmt.Sprintf("type %s%s", live.Type, by("f:spec", "f:type")))
+		d.unset("type", nil, fmt.Sprintf("type %s%s", live.Type, by(typePath...)), typePath...)
 	}
-	if want.ExternalName == "" && live.ExternalName != "" {
-		d.unset("externalName", nil, "externalName "+live.ExternalName+by("f:spec", "f:externalName"))
+	if p := []string{"f:spec", "f:externalName"}; want.ExternalName == "" && live.ExternalName != "" && foreign("externalName", p...) {
+		d.unset("externalName", nil, "externalName "+live.ExternalName+by(p...), p...)
 	}
 
 	wanted := map[string]*corev1.ServicePort{}
@@ -85,19 +129,24 @@ func foreignDrift(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service,
 		key := portKey(&p)
 		path := []string{"f:spec", "f:ports", portPath(&p)}
 		w, ok := wanted[key]
-		switch {
-		case !ok:
-			portsDrift = true
-			d.add("ports", "port "+key+by(path...))
+		if !ok {
+			if foreign("ports", path...) {
+				portsDrift = true
+				d.add("ports", "port "+key+by(path...), path...)
+				continue
+			}
+			// The last applied spec's: the apply removes it.
+			kept = append(kept, p)
 			continue
-		case w.Name == "" && p.Name != "":
+		}
+		if name := append(slices.Clone(path), "f:name"); w.Name == "" && p.Name != "" && foreign("ports", name...) {
 			portsDrift = true
-			d.add("ports", fmt.Sprintf("name %q of port %s%s", p.Name, key, by(append(path, "f:name")...)))
+			d.add("ports", fmt.Sprintf("name %q of port %s%s", p.Name, key, by(name...)), name...)
 			p.Name = ""
 		}
-		if w.AppProtocol == nil && p.AppProtocol != nil {
+		if proto := append(slices.Clone(path), "f:appProtocol"); w.AppProtocol == nil && p.AppProtocol != nil && foreign("ports", proto...) {
 			portsDrift = true
-			d.add("ports", fmt.Sprintf("appProtocol %q of port %s%s", *p.AppProtocol, key, by(append(path, "f:appProtocol")...)))
+			d.add("ports", fmt.Sprintf("appProtocol %q of port %s%s", *p.AppProtocol, key, by(proto...)), proto...)
 			p.AppProtocol = nil
 		}
 		if typeReset {
@@ -112,27 +161,30 @@ func foreignDrift(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service,
 		d.patch["ports"] = kept
 	}
 
-	if want.ExternalTrafficPolicy == "" && live.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal {
-		d.unset("externalTrafficPolicy", nil, "externalTrafficPolicy Local"+by("f:spec", "f:externalTrafficPolicy"))
+	if p := []string{"f:spec", "f:externalTrafficPolicy"}; want.ExternalTrafficPolicy == "" && live.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal &&
+		foreign("externalTrafficPolicy", p...) {
+		d.unset("externalTrafficPolicy", nil, "externalTrafficPolicy Local"+by(p...), p...)
 	}
-	if want.InternalTrafficPolicy == nil && live.InternalTrafficPolicy != nil && *live.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal {
-		d.unset("internalTrafficPolicy", nil, "internalTrafficPolicy Local"+by("f:spec", "f:internalTrafficPolicy"))
+	if p := []string{"f:spec", "f:internalTrafficPolicy"}; want.InternalTrafficPolicy == nil && live.InternalTrafficPolicy != nil &&
+		*live.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal && foreign("internalTrafficPolicy", p...) {
+		d.unset("internalTrafficPolicy", nil, "internalTrafficPolicy Local"+by(p...), p...)
 	}
-	if !want.PublishNotReadyAddresses && live.PublishNotReadyAddresses {
-		d.unset("publishNotReadyAddresses", nil, "publishNotReadyAddresses true"+by("f:spec", "f:publishNotReadyAddresses"))
+	if p := []string{"f:spec", "f:publishNotReadyAddresses"}; !want.PublishNotReadyAddresses && live.PublishNotReadyAddresses && foreign("publishNotReadyAddresses", p...) {
+		d.unset("publishNotReadyAddresses", nil, "publishNotReadyAddresses true"+by(p...), p...)
 	}
-	if want.SessionAffinity == "" && live.SessionAffinity == corev1.ServiceAffinityClientIP {
-		d.unset("sessionAffinity", nil, "sessionAffinity ClientIP"+by("f:spec", "f:sessionAffinity"))
+	if p := []string{"f:spec", "f:sessionAffinity"}; want.SessionAffinity == "" && live.SessionAffinity == corev1.ServiceAffinityClientIP && foreign("sessionAffinity", p...) {
+		d.unset("sessionAffinity", nil, "sessionAffinity ClientIP"+by(p...), p...)
 		d.patch["sessionAffinityConfig"] = nil // must go with it
 	}
-	if len(want.ExternalIPs) == 0 && len(live.ExternalIPs) > 0 {
-		d.unset("externalIPs", nil, fmt.Sprintf("externalIPs %v%s", live.ExternalIPs, by("f:spec", "f:externalIPs")))
+	if p := []string{"f:spec", "f:externalIPs"}; len(want.ExternalIPs) == 0 && len(live.ExternalIPs) > 0 && foreign("externalIPs", p...) {
+		d.unset("externalIPs", nil, fmt.Sprintf("externalIPs %v%s", live.ExternalIPs, by(p...)), p...)
 	}
-	if len(want.LoadBalancerSourceRanges) == 0 && len(live.LoadBalancerSourceRanges) > 0 {
-		d.unset("loadBalancerSourceRanges", nil, fmt.Sprintf("loadBalancerSourceRanges %v%s", live.LoadBalancerSourceRanges, by("f:spec", "f:loadBalancerSourceRanges")))
+	if p := []string{"f:spec", "f:loadBalancerSourceRanges"}; len(want.LoadBalancerSourceRanges) == 0 && len(live.LoadBalancerSourceRanges) > 0 &&
+		foreign("loadBalancerSourceRanges", p...) {
+		d.unset("loadBalancerSourceRanges", nil, fmt.Sprintf("loadBalancerSourceRanges %v%s", live.LoadBalancerSourceRanges, by(p...)), p...)
 	}
-	if want.TrafficDistribution == nil && live.TrafficDistribution != nil {
-		d.unset("trafficDistribution", nil, "trafficDistribution "+*live.TrafficDistribution+by("f:spec", "f:trafficDistribution"))
+	if p := []string{"f:spec", "f:trafficDistribution"}; want.TrafficDistribution == nil && live.TrafficDistribution != nil && foreign("trafficDistribution", p...) {
+		d.unset("trafficDistribution", nil, "trafficDistribution "+*live.TrafficDistribution+by(p...), p...)
 	}
 	return d
 }
@@ -148,7 +200,7 @@ func ownedDrift(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, f
 	var d drift
 	check := func(field, what string, differs bool, path ...string) {
 		if who := setBy(svc, fieldOwner, path...); differs && who != "" {
-			d.add(field, what+who)
+			d.add(field, what+who, path...)
 		}
 	}
 	check("type", fmt.Sprintf("type %s", live.Type), want.Type != "" && live.Type != want.Type, "f:spec", "f:type")
@@ -223,14 +275,7 @@ func portPath(p *corev1.ServicePort) string {
 func setBy(svc *corev1.Service, fieldOwner string, path ...string) string {
 	var who []string
 	for _, mf := range svc.ManagedFields {
-		if (mf.Manager == fieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply) || mf.FieldsV1 == nil {
-			continue
-		}
-		tree := map[string]any{}
-		if err := json.Unmarshal(mf.FieldsV1.Raw, &tree); err != nil {
-			continue
-		}
-		if hasPath(tree, path) && !slices.Contains(who, mf.Manager) {
+		if !isApplyOf(mf, fieldOwner) && owns(mf, path) && !slices.Contains(who, mf.Manager) {
 			who = append(who, mf.Manager)
 		}
 	}
@@ -239,6 +284,35 @@ func setBy(svc *corev1.Service, fieldOwner string, path ...string) string {
 	}
 	sort.Strings(who)
 	return " (set by " + strings.Join(who, ", ") + ")"
+}
+
+// appliedBy reports whether the controller's server-side apply owns the
+// field at path or anything under it.
+func appliedBy(svc *corev1.Service, fieldOwner string, path ...string) bool {
+	for _, mf := range svc.ManagedFields {
+		if isApplyOf(mf, fieldOwner) && owns(mf, path) {
+			return true
+		}
+	}
+	return false
+}
+
+// isApplyOf reports whether the entry is the controller's apply: what its
+// merge patches set is not the controller's in that sense.
+func isApplyOf(mf metav1.ManagedFieldsEntry, fieldOwner string) bool {
+	return mf.Manager == fieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply
+}
+
+// owns reports whether the entry owns the field at path or anything under it.
+func owns(mf metav1.ManagedFieldsEntry, path []string) bool {
+	if mf.FieldsV1 == nil {
+		return false
+	}
+	tree := map[string]any{}
+	if err := json.Unmarshal(mf.FieldsV1.Raw, &tree); err != nil {
+		return false
+	}
+	return hasPath(tree, path)
 }
 
 func hasPath(tree map[string]any, path []string) bool {

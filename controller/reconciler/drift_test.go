@@ -91,6 +91,9 @@ func TestForeignDrift(t *testing.T) {
 			s.Spec.Type = corev1.ServiceTypeNodePort
 			s.Spec.Ports[0].NodePort = 30080
 			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "debug", Port: 9090, Protocol: corev1.ProtocolTCP, NodePort: 30090})
+			s.ManagedFields = []metav1.ManagedFieldsEntry{managed(testOwner, metav1.ManagedFieldsOperationApply,
+				`{"f:spec":{"f:ports":{"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:targetPort":{}}}}}`)}
+			edited(s, `{"f:spec":{"f:type":{}}}`)
 		}, fields: []string{"type", "ports"}, patch: map[string]any{"type": nil, "ports": []any{map[string]any{"name": "http", "port": float64(80), "protocol": "TCP", "targetPort": float64(8080)}}}},
 		{name: "type the spec sets: the apply's", spec: func(s *swhv1alpha1.ServiceWithHealthchecksSpec) {
 			s.Type = corev1.ServiceTypeClusterIP
@@ -110,6 +113,37 @@ func TestForeignDrift(t *testing.T) {
 		}, fields: []string{"externalTrafficPolicy", "internalTrafficPolicy", "publishNotReadyAddresses", "sessionAffinity", "externalIPs", "loadBalancerSourceRanges", "trafficDistribution"},
 			patch: map[string]any{"externalTrafficPolicy": nil, "internalTrafficPolicy": nil, "publishNotReadyAddresses": nil, "sessionAffinity": nil,
 				"sessionAffinityConfig": nil, "externalIPs": nil, "loadBalancerSourceRanges": nil, "trafficDistribution": nil}},
+		{name: "what the last applied spec set and the new one drops: the apply's to remove", spec: func(s *swhv1alpha1.ServiceWithHealthchecksSpec) {
+			s.Ports = []swhv1alpha1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(8443)}}
+		}, edit: func(s *corev1.Service) {
+			s.Spec.Ports = []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)},
+				{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8443)},
+			}
+			s.Spec.PublishNotReadyAddresses = true
+			s.Spec.ExternalIPs = []string{"192.0.2.1"}
+			s.ManagedFields = []metav1.ManagedFieldsEntry{managed(testOwner, metav1.ManagedFieldsOperationApply,
+				`{"f:spec":{"f:type":{},"f:publishNotReadyAddresses":{},"f:externalIPs":{},"f:ports":{`+
+					`"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:name":{},"f:targetPort":{}},`+
+					`"k:{\"port\":443,\"protocol\":\"TCP\"}":{".":{},"f:name":{},"f:targetPort":{}}}}}`)}
+		}},
+		{name: "a port someone added next to one the new spec drops: only the added one goes", spec: func(s *swhv1alpha1.ServiceWithHealthchecksSpec) {
+			s.Ports = []swhv1alpha1.ServicePort{{Name: "https", Port: 443, TargetPort: intstr.FromInt32(8443)}}
+		}, edit: func(s *corev1.Service) {
+			s.Spec.Ports = []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8080)},
+				{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(8443)},
+				{Name: "debug", Port: 9090, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(9090)},
+			}
+			s.ManagedFields = []metav1.ManagedFieldsEntry{managed(testOwner, metav1.ManagedFieldsOperationApply,
+				`{"f:spec":{"f:type":{},"f:ports":{`+
+					`"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:name":{},"f:targetPort":{}},`+
+					`"k:{\"port\":443,\"protocol\":\"TCP\"}":{".":{},"f:name":{},"f:targetPort":{}}}}}`)}
+			edited(s, `{"f:spec":{"f:ports":{"k:{\"port\":9090,\"protocol\":\"TCP\"}":{".":{},"f:name":{}}}}}`)
+		}, fields: []string{"ports"}, patch: map[string]any{"ports": []any{
+			map[string]any{"name": "http", "port": float64(80), "protocol": "TCP", "targetPort": float64(8080)},
+			map[string]any{"name": "https", "port": float64(443), "protocol": "TCP", "targetPort": float64(8443)},
+		}}, noteParts: []string{"port 9090/TCP (set by kubectl-edit)"}},
 		{name: "values the spec sets are the apply's", spec: func(s *swhv1alpha1.ServiceWithHealthchecksSpec) {
 			s.Type = corev1.ServiceTypeNodePort
 			s.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
@@ -126,9 +160,9 @@ func TestForeignDrift(t *testing.T) {
 			}
 			svc := liveService(swh)
 			tt.edit(svc)
-			d := foreignDrift(swh, svc, testOwner)
-			if !slices.Equal(d.fields, tt.fields) {
-				t.Errorf("fields %v, want %v", d.fields, tt.fields)
+			d := foreignDrift(swh, svc, testOwner, nil)
+			if !slices.Equal(d.fields(), tt.fields) {
+				t.Errorf("fields %v, want %v", d.fields(), tt.fields)
 			}
 			var got map[string]any
 			if d.patch != nil {
@@ -191,8 +225,8 @@ func TestOwnedDrift(t *testing.T) {
 			svc := liveService(swh)
 			tt.edit(svc)
 			d := ownedDrift(swh, svc, testOwner)
-			if !slices.Equal(d.fields, tt.fields) {
-				t.Errorf("fields %v (%s), want %v", d.fields, d, tt.fields)
+			if !slices.Equal(d.fields(), tt.fields) {
+				t.Errorf("fields %v (%s), want %v", d.fields(), d, tt.fields)
 			}
 			if d.patch != nil {
 				t.Errorf("patch %v: the apply puts these back", d.patch)

@@ -167,74 +167,101 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 		adopting = true
 	}
 
-	// What the apply does not own: fields the spec leaves unset.
+	prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
 	removedSelector := ""
 	if svc != nil && !adopting {
-		if d := foreignDrift(swh, svc, r.FieldOwner); d.patch != nil {
-			patched, err := r.revertDrift(ctx, svc, d)
-			switch {
-			case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-				return serviceState{retry: true}, nil // the cache was behind
-			case apierrors.IsForbidden(err):
-				return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
-			case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-				cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceDrifted
-				cond.Message = fmt.Sprintf("someone changed the child Service (%s) and the API server refused to put it back: %v", d, err)
-				return serviceState{svc: svc, cond: cond}, nil
-			case err != nil:
-				return serviceState{}, err
-			}
-			svc, removedSelector = patched, d.selector
-			r.reportRevert(ctx, swh, d)
+		// A selector someone added goes at once, even while the spec is
+		// refused: the built-in controller publishes the pods by
+		// readiness next to the agents' slices, bypassing the probes, and
+		// removing it takes no port down.
+		pb, err := r.putBack(ctx, swh, svc, svc, onlySelector)
+		if pb.done || err != nil {
+			return pb.state, err
 		}
+		svc, removedSelector = pb.svc, pb.drift.selector
 	}
 
 	// A spec the API server refused stays refused until the resource
 	// changes: retrying it on every event would only repeat the error.
-	if prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced); !adopting && prev != nil &&
-		prev.Reason == ReasonServiceRejected && prev.ObservedGeneration == swh.Generation {
+	// Nothing else is put back meanwhile: the live Service is the last
+	// applied spec, which the agents serve, and judging it by the refused
+	// one would take down what it still has.
+	if !adopting && prev != nil && prev.Reason == ReasonServiceRejected && prev.ObservedGeneration == swh.Generation {
+		if removedSelector != "" {
+			return serviceState{svc: svc, cond: r.synced(swh, svc, cond, removedSelector)}, nil
+		}
 		return serviceState{svc: svc, cond: *prev}, nil
 	}
 	desired := desiredService(swh)
+	before := svc
+	apply := svc == nil || adopting
 	var owned drift
-	if svc != nil && !adopting {
-		owned = ownedDrift(swh, svc, r.FieldOwner)
+	if !apply {
+		// Owned fields another manager changed are drift only when the
+		// apply is not a spec change: a previous owner (kubectl, before
+		// an adoption) may share a value the new spec changes.
+		if specApplied(swh, prev) {
+			owned = ownedDrift(swh, svc, r.FieldOwner)
+		}
 		upToDate, err := serviceUpToDate(svc, desired, r.FieldOwner)
 		if err != nil {
 			return serviceState{}, err
 		}
-		if upToDate && len(owned.fields) == 0 {
-			return serviceState{svc: svc, cond: r.synced(swh, svc, cond, removedSelector)}, nil
+		apply = !upToDate || len(owned.changes) > 0
+	}
+	if apply {
+		// Force: fields a previous owner (kubectl during an adoption) or
+		// someone who changed them since held now belong to the resource.
+		if err := r.Client.Apply(ctx, desired, client.FieldOwner(r.FieldOwner), client.ForceOwnership); err != nil {
+			r.Metrics.serviceWrite(writeResult(err))
+			switch {
+			case apierrors.IsForbidden(err):
+				return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
+			case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+				log.FromContext(ctx).Info("the API server refused the child Service", "error", err.Error())
+				return serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
+			}
+			return serviceState{}, fmt.Errorf("applying Service %s/%s: %w", swh.Namespace, swh.Name, err)
 		}
-	}
-	// Force: fields a previous owner (kubectl during an adoption) or
-	// someone who changed them since held now belong to the resource.
-	if err := r.Client.Apply(ctx, desired, client.FieldOwner(r.FieldOwner), client.ForceOwnership); err != nil {
-		r.Metrics.serviceWrite(writeResult(err))
-		switch {
-		case apierrors.IsForbidden(err):
-			return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
-		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-			log.FromContext(ctx).Info("the API server refused the child Service", "error", err.Error())
-			return serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
+		r.Metrics.serviceWrite("ok")
+		log.FromContext(ctx).Info("applied the child Service", "adopting", adopting)
+		if len(owned.changes) > 0 {
+			r.reportRevert(ctx, swh, owned)
 		}
-		return serviceState{}, fmt.Errorf("applying Service %s/%s: %w", swh.Namespace, swh.Name, err)
-	}
-	r.Metrics.serviceWrite("ok")
-	log.FromContext(ctx).Info("applied the child Service", "adopting", adopting)
-	if len(owned.fields) > 0 {
-		r.reportRevert(ctx, swh, owned)
-	}
-	applied := &corev1.Service{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), applied); err != nil {
-		return serviceState{}, fmt.Errorf("reading Service %s/%s back: %w", swh.Namespace, swh.Name, err)
+		svc = &corev1.Service{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), svc); err != nil {
+			return serviceState{}, fmt.Errorf("reading Service %s/%s back: %w", swh.Namespace, swh.Name, err)
+		}
 	}
 	if adopting {
 		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonAdopting
 		cond.Message = "adopted the Service; the built-in controller's EndpointSlices stay until the agents publish theirs"
-		return serviceState{svc: applied, cond: cond}, nil
+		return serviceState{svc: svc, cond: cond}, nil
 	}
-	return serviceState{svc: applied, cond: r.synced(swh, applied, cond, removedSelector)}, nil
+
+	// What the apply does not own, now that the Service carries the spec:
+	// fields the spec leaves unset that someone else set.
+	pb, err := r.putBack(ctx, swh, svc, before, nil)
+	if pb.done || err != nil {
+		return pb.state, err
+	}
+	if pb.drift.selector != "" {
+		removedSelector = pb.drift.selector
+	}
+	return serviceState{svc: pb.svc, cond: r.synced(swh, pb.svc, cond, removedSelector)}, nil
+}
+
+// specApplied reports whether the status says the controller already
+// applied the resource's current generation.
+func specApplied(swh *swhv1alpha1.ServiceWithHealthchecks, prev *metav1.Condition) bool {
+	if prev == nil || prev.ObservedGeneration != swh.Generation {
+		return false
+	}
+	switch prev.Reason {
+	case ReasonServiceRejected, ReasonForbidden, ReasonServiceConflict:
+		return false
+	}
+	return true
 }
 
 // synced returns the ServiceSynced condition of an owned, current Service:

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -21,6 +22,56 @@ const (
 	maxNoteBytes   = 1024
 	maxActionBytes = 128
 )
+
+// onlySelector limits putBack to a selector.
+func onlySelector(field string) bool { return field == "selector" }
+
+// putBackResult is what putBack did.
+type putBackResult struct {
+	// svc is the Service after it.
+	svc *corev1.Service
+	// drift is what it put back.
+	drift drift
+	// done ends the pass with state: the cache was behind, or nothing
+	// could be put back and the condition says why.
+	done  bool
+	state serviceState
+}
+
+// putBack removes what someone else set on the child Service that the spec
+// leaves unset (the fields include accepts; nil: all), and reports it.
+// before is the Service as the pass found it, before any apply: a value the
+// controller's apply held there, which the spec dropped and a previous field
+// manager still shares (kubectl, before an adoption), goes as part of the
+// spec's change and is not reported as someone else's.
+func (r *Reconciler) putBack(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc, before *corev1.Service, include func(string) bool) (putBackResult, error) {
+	d := foreignDrift(swh, svc, r.FieldOwner, include)
+	if d.patch == nil {
+		return putBackResult{svc: svc}, nil
+	}
+	cond := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced}
+	patched, err := r.revertDrift(ctx, svc, d)
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		return putBackResult{done: true, state: serviceState{retry: true}}, nil // the cache was behind
+	case apierrors.IsForbidden(err):
+		return putBackResult{done: true, state: serviceState{svc: svc, cond: r.forbidden(cond, err)}}, nil
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceDrifted
+		cond.Message = fmt.Sprintf("someone changed the child Service (%s) and the API server refused to put it back: %v", d, err)
+		return putBackResult{done: true, state: serviceState{svc: svc, cond: cond}}, nil
+	case err != nil:
+		return putBackResult{done: true}, err
+	}
+	spec, others := d.split(func(c change) bool { return before != nil && appliedBy(before, r.FieldOwner, c.path...) })
+	if len(spec.changes) > 0 {
+		log.FromContext(ctx).Info("removed what the spec no longer sets and a previous field manager still held", "changes", spec.String())
+	}
+	if len(others.changes) > 0 {
+		r.reportRevert(ctx, swh, others)
+	}
+	return putBackResult{svc: patched, drift: d}, nil
+}
 
 // revertDrift puts back the fields of d.patch with a JSON merge patch: null
 // removes a field whoever owns it (server-side apply cannot remove what
@@ -48,9 +99,9 @@ func (r *Reconciler) revertDrift(ctx context.Context, svc *corev1.Service, d dri
 // The fields are in the action too: the event recorder folds events of the
 // same action into the first one's note.
 func (r *Reconciler) reportRevert(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, d drift) {
-	r.Metrics.reverted(d.fields)
+	r.Metrics.reverted(d.fields())
 	log.FromContext(ctx).Info("put back what someone else changed on the child Service", "changes", d.String())
-	r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonServiceDriftReverted, cut("RevertService:"+strings.Join(d.fields, ","), maxActionBytes),
+	r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonServiceDriftReverted, cut("RevertService:"+strings.Join(d.fields(), ","), maxActionBytes),
 		"%s", eventNote("put back the child Service, changed by someone else: "+d.String()))
 }
 
