@@ -3,11 +3,9 @@ package publisher
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -136,11 +134,10 @@ func (f *proberFactory) postgreSQL(ns string, spec *swhv1alpha1.PostgreSQLProbe)
 	var current probes.Prober
 	var currentFor [sha256.Size]byte
 	return probes.ProberFunc(func(ctx context.Context, target probes.Target) probes.Result {
-		cfg, failed := f.postgreSQLConfig(ctx, ns, spec)
+		cfg, fingerprint, failed := f.postgreSQLConfig(ctx, ns, spec)
 		if failed != nil {
 			return *failed
 		}
-		fingerprint := fingerprintOf(cfg)
 		mu.Lock()
 		if current == nil || currentFor != fingerprint {
 			pr, err := probes.NewPostgreSQL(cfg)
@@ -159,8 +156,10 @@ func (f *proberFactory) postgreSQL(ns string, spec *swhv1alpha1.PostgreSQLProbe)
 // postgreSQLConfig resolves a probe's configuration. The credentials come
 // from the Secret; the TLS mode from the spec, else from the Secret's
 // tlsMode key (the original product's manifests keep it there), else
-// disable. failed is set when the probe cannot run.
-func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *swhv1alpha1.PostgreSQLProbe) (cfg probes.PostgreSQLConfig, failed *probes.Result) {
+// disable. The spec is fixed for a prober, so the Secret's fingerprint
+// (zero without one) identifies the configuration. failed is set when the
+// probe cannot run.
+func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *swhv1alpha1.PostgreSQLProbe) (cfg probes.PostgreSQLConfig, fingerprint [sha256.Size]byte, failed *probes.Result) {
 	cfg = probes.PostgreSQLConfig{
 		DBName:                 spec.DBName,
 		Query:                  spec.Query,
@@ -172,32 +171,36 @@ func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *s
 		key := types.NamespacedName{Namespace: ns, Name: spec.AuthSecretName}
 		data, err := f.secrets.get(ctx, key)
 		if err != nil {
-			return cfg, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: err.Error(), Err: err}
+			return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: err.Error(), Err: err}
 		}
-		user, ok := data[secretUser]
+		if data.oversize != "" {
+			return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: data.oversize}
+		}
+		user, ok := data.values[secretUser]
 		if !ok || len(user) == 0 {
 			msg := fmt.Sprintf("Secret %s has no %q key", key, secretUser)
-			return cfg, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
+			return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
 		}
 		if secretMode, ok := tlsModeIn(data); ok {
 			if !validTLSMode(secretMode) {
 				// %.40q: the value is the user's and may be long.
 				msg := fmt.Sprintf("Secret %s: key %q is %.40q, not one of disable, require, verify-ca, verify-full", key, secretTLSMode, secretMode)
-				return cfg, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
+				return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
 			}
 			if mode == "" {
 				mode = secretMode
 			}
 		}
 		cfg.User = string(user)
-		cfg.Password = string(data[secretPassword])
-		cfg.CACert, cfg.ClientCert, cfg.ClientKey = data[secretCACert], data[secretClientCert], data[secretClientKey]
+		cfg.Password = string(data.values[secretPassword])
+		cfg.CACert, cfg.ClientCert, cfg.ClientKey = data.values[secretCACert], data.values[secretClientCert], data.values[secretClientKey]
+		fingerprint = data.fingerprint
 	}
 	if mode == "" {
 		mode = probes.SSLDisable
 	}
 	cfg.SSLMode = mode
-	return cfg, nil
+	return cfg, fingerprint, nil
 }
 
 func validTLSMode(mode string) bool {
@@ -206,19 +209,4 @@ func validTLSMode(mode string) bool {
 		return true
 	}
 	return false
-}
-
-// fingerprintOf identifies a configuration without keeping the credentials
-// in clear in one more place. Each field is length-prefixed, so no two
-// configurations share a fingerprint by moving bytes between fields.
-func fingerprintOf(cfg probes.PostgreSQLConfig) [sha256.Size]byte {
-	h := sha256.New()
-	for _, field := range [][]byte{[]byte(cfg.DBName), []byte(cfg.Query), []byte(cfg.User), []byte(cfg.Password), []byte(cfg.SSLMode),
-		cfg.CACert, cfg.ClientCert, cfg.ClientKey, []byte(strconv.FormatBool(cfg.AllowCleartextPassword))} {
-		_ = binary.Write(h, binary.BigEndian, uint64(len(field)))
-		h.Write(field)
-	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	return sum
 }

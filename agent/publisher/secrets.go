@@ -1,7 +1,10 @@
 package publisher
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync"
@@ -29,6 +32,17 @@ const (
 	// reuse period for its first credentials.
 	secretRetryFirst = time.Second
 	secretRetryMax   = 5 * time.Second
+	// secretShortMax and secretPEMMax bound what the cache keeps of a key:
+	// a Secret may hold 1 MiB and a tenant may name a different one in each
+	// resource, against the agent's 256 MiB. user, password and tlsMode
+	// need far less than 1 KiB (a role name has at most 63 bytes, the
+	// longest mode 11). caCert, clientCert and clientKey are PEM: a
+	// certificate or key takes 1 to 7 KiB, so 64 KiB holds a chain or a
+	// private CA bundle of a dozen or more; a public roots bundle (200 KiB)
+	// is not needed, verify-full without caCert uses the system roots.
+	// A Secret costs the cache at most 3 KiB + 192 KiB.
+	secretShortMax = 1 << 10
+	secretPEMMax   = 64 << 10
 )
 
 // secretCache holds the credentials Secrets the PostgreSQL probes read. A
@@ -58,10 +72,23 @@ type secretCache struct {
 	swept   time.Time
 }
 
+// secretData is what the cache keeps of one read of a Secret; it is not
+// modified once made.
+type secretData struct {
+	// values are the keys the probes use, each within its bound.
+	values map[string][]byte
+	// oversize, when set, says which key exceeds its bound: the probe
+	// fails with it, and the value is not kept.
+	oversize string
+	// fingerprint identifies values, computed once per read rather than
+	// hashing the certificates on every probe.
+	fingerprint [sha256.Size]byte
+}
+
 type secretEntry struct {
-	// data is the last good read, keptKeys only; nil before the first
-	// success and after a NotFound.
-	data map[string][]byte
+	// data is the last good read; nil before the first success and after
+	// a NotFound.
+	data *secretData
 	// err is the last read's failure; nil after a success.
 	err error
 	// attempted is when the last read started; used when a probe last
@@ -86,9 +113,8 @@ func newSecretCache(reader client.Reader, ttl time.Duration, log logr.Logger, m 
 	}
 }
 
-// get returns the data of a Secret (the keys the probes use; callers must not
-// modify it).
-func (c *secretCache) get(ctx context.Context, key types.NamespacedName) (map[string][]byte, error) {
+// get returns what the cache keeps of a Secret (callers must not modify it).
+func (c *secretCache) get(ctx context.Context, key types.NamespacedName) (*secretData, error) {
 	now := time.Now()
 	c.mu.Lock()
 	c.sweep(now)
@@ -179,7 +205,7 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 	outcome := "ok"
 	switch {
 	case err == nil:
-		e.data, e.err = keptKeys(s.Data), nil
+		e.data, e.err = keptOf(key, s.Data), nil
 	case apierrors.IsNotFound(err):
 		outcome = "not-found"
 		e.data, e.err = nil, fmt.Errorf("Secret %s not found", key)
@@ -242,23 +268,53 @@ func (c *secretCache) sweep(now time.Time) {
 	}
 }
 
-// keptKeys copies the keys the probes use: nothing else of a Secret stays
-// in memory. The result is never nil, so a Secret without data counts as
-// read.
-func keptKeys(data map[string][]byte) map[string][]byte {
+// keptOf copies the keys the probes use, each within its bound: nothing
+// else of a Secret stays in memory. The result is never nil, so a Secret
+// without data counts as read.
+func keptOf(key types.NamespacedName, data map[string][]byte) *secretData {
 	keys := [...]string{secretUser, secretPassword, secretTLSMode, secretCACert, secretClientCert, secretClientKey}
-	out := make(map[string][]byte, len(keys))
+	d := &secretData{values: make(map[string][]byte, len(keys))}
+	h := sha256.New()
 	for _, k := range keys {
-		if v, ok := data[k]; ok {
-			out[k] = v
+		v, ok := data[k]
+		if !ok {
+			continue
+		}
+		if limit := secretKeyMax(k); len(v) > limit {
+			if d.oversize == "" {
+				d.oversize = fmt.Sprintf("Secret %s: key %q is %d bytes, more than the %d (%d KiB) the agent accepts", key, k, len(v), limit, limit>>10)
+			}
+			continue
+		}
+		// A copy: the decoded Secret is not kept reachable through it.
+		d.values[k] = bytes.Clone(v)
+		// Length-prefixed, so no two contents share a fingerprint by
+		// moving bytes between keys.
+		for _, field := range [][]byte{[]byte(k), v} {
+			_ = binary.Write(h, binary.BigEndian, uint64(len(field)))
+			h.Write(field)
 		}
 	}
-	return out
+	h.Sum(d.fingerprint[:0])
+	return d
+}
+
+// secretKeyMax is the largest value of key the cache keeps.
+func secretKeyMax(key string) int {
+	switch key {
+	case secretCACert, secretClientCert, secretClientKey:
+		return secretPEMMax
+	}
+	return secretShortMax
 }
 
 // tlsModeIn returns a Secret's tlsMode, spaces trimmed (a value written
-// from a file often ends with a newline); an empty value counts as unset.
-func tlsModeIn(data map[string][]byte) (string, bool) {
-	mode := strings.TrimSpace(string(data[secretTLSMode]))
+// from a file often ends with a newline); an empty value, or no data,
+// counts as unset.
+func tlsModeIn(d *secretData) (string, bool) {
+	if d == nil {
+		return "", false
+	}
+	mode := strings.TrimSpace(string(d.values[secretTLSMode]))
 	return mode, mode != ""
 }

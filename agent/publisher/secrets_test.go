@@ -1,8 +1,10 @@
 package publisher
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -99,7 +101,7 @@ func TestSecretCacheCoalescesConcurrentReads(t *testing.T) {
 	for range probes {
 		wg.Go(func() {
 			data, err := c.get(context.Background(), dbKey)
-			if err == nil && string(data["user"]) != "probe" {
+			if err == nil && string(data.values["user"]) != "probe" {
 				err = errors.New("wrong data")
 			}
 			errs <- err
@@ -119,7 +121,7 @@ func TestSecretCacheCoalescesConcurrentReads(t *testing.T) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.entries[dbKey].data["unrelated"]; ok {
+	if _, ok := c.entries[dbKey].data.values["unrelated"]; ok {
 		t.Error("the cache keeps keys the probes do not use")
 	}
 }
@@ -152,8 +154,8 @@ func TestSecretCacheKeepsCredentialsWhileReadsFail(t *testing.T) {
 			for time.Since(start) < 10*ttl {
 				asked := time.Now()
 				data, err := c.get(ctx, dbKey)
-				if err != nil || string(data["password"]) != "pw" {
-					t.Fatalf("after %v of failed reads: %v, %q", time.Since(start), err, data["password"])
+				if err != nil || string(data.values["password"]) != "pw" {
+					t.Fatalf("after %v of failed reads: %v, %q", time.Since(start), err, data.values["password"])
 				}
 				if d := time.Since(asked); d > ttl {
 					t.Fatalf("a probe with known credentials waited %v", d)
@@ -349,7 +351,7 @@ func TestPostgreSQLConfigTLSMode(t *testing.T) {
 			r.set(returns(data, nil))
 			f := newProberFactory(newSecretCache(r, time.Minute, logr.Discard(), nil))
 			spec := &swhv1alpha1.PostgreSQLProbe{AuthSecretName: "db", TLSMode: tt.spec, InsecureAllowCleartextPassword: true}
-			cfg, failed := f.postgreSQLConfig(context.Background(), "ns", spec)
+			cfg, _, failed := f.postgreSQLConfig(context.Background(), "ns", spec)
 			switch {
 			case tt.wantReason != "":
 				if failed == nil || failed.Reason != tt.wantReason || !strings.Contains(failed.Message, `"tlsMode"`) {
@@ -361,6 +363,78 @@ func TestPostgreSQLConfigTLSMode(t *testing.T) {
 				t.Errorf("got sslmode %q, cleartext %v, user %q; want %q, true, u", cfg.SSLMode, cfg.AllowCleartextPassword, cfg.User, tt.want)
 			}
 		})
+	}
+}
+
+// TestSecretValuesAreBounded: a value over its key's bound is never kept
+// and fails the probe with reason secret, naming the key and the bound; a
+// value at its bound is kept.
+func TestSecretValuesAreBounded(t *testing.T) {
+	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
+	tests := []struct {
+		key   string
+		limit int
+	}{
+		{"user", 1 << 10},
+		{"password", 1 << 10},
+		{"tlsMode", 1 << 10},
+		{"caCert", 64 << 10},
+		{"clientCert", 64 << 10},
+		{"clientKey", 64 << 10},
+	}
+	for _, tt := range tests {
+		for _, size := range []int{tt.limit, tt.limit + 1, 1 << 20} {
+			t.Run(fmt.Sprintf("%s of %d bytes", tt.key, size), func(t *testing.T) {
+				data := map[string][]byte{"user": []byte("u"), "password": []byte("pw")}
+				data[tt.key] = bytes.Repeat([]byte("x"), size)
+				r := &secretReader{}
+				r.set(returns(data, nil))
+				c := newSecretCache(r, time.Minute, logr.Discard(), nil)
+				f := newProberFactory(c)
+				spec := &swhv1alpha1.PostgreSQLProbe{AuthSecretName: dbName, TLSMode: swhv1alpha1.PostgreSQLTLSDisable}
+				_, _, failed := f.postgreSQLConfig(context.Background(), dbNamespace, spec)
+				c.mu.Lock()
+				kept, ok := c.entries[dbKey].data.values[tt.key]
+				c.mu.Unlock()
+				if size <= tt.limit {
+					if !ok || len(kept) != size {
+						t.Errorf("a value at the bound is not kept (%d bytes kept)", len(kept))
+					}
+					if failed != nil && failed.Reason == ReasonSecret && strings.Contains(failed.Message, "bytes, more than") {
+						t.Errorf("a value at the bound fails the probe: %+v", failed)
+					}
+					return
+				}
+				if ok {
+					t.Errorf("an oversize value is kept (%d bytes)", len(kept))
+				}
+				want := fmt.Sprintf("Secret ns/db: key %q is %d bytes, more than the %d (%d KiB) the agent accepts", tt.key, size, tt.limit, tt.limit>>10)
+				if failed == nil || failed.Reason != ReasonSecret || failed.Message != want {
+					t.Errorf("got %+v, want a failure %s saying %q", failed, ReasonSecret, want)
+				}
+			})
+		}
+	}
+}
+
+// TestSecretFingerprint: the fingerprint computed at read time tells
+// contents apart, bytes moved between keys included, and only contents.
+func TestSecretFingerprint(t *testing.T) {
+	key := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
+	base := keptOf(key, map[string][]byte{"user": []byte("u"), "password": []byte("pw"), "unrelated": []byte("a")})
+	same := keptOf(key, map[string][]byte{"user": []byte("u"), "password": []byte("pw"), "unrelated": []byte("b")})
+	if base.fingerprint != same.fingerprint {
+		t.Error("keys the probes do not use change the fingerprint")
+	}
+	for _, other := range []map[string][]byte{
+		{"user": []byte("u"), "password": []byte("pw2")},
+		{"user": []byte("up"), "password": []byte("w")},
+		{"user": []byte("u"), "password": []byte("pw"), "tlsMode": []byte("")},
+		{"user": []byte("u"), "password": []byte("pw"), "caCert": bytes.Repeat([]byte("x"), 64<<10+1)},
+	} {
+		if keptOf(key, other).fingerprint == base.fingerprint && keptOf(key, other).oversize == "" {
+			t.Errorf("%q has the fingerprint of %q", other, base.values)
+		}
 	}
 }
 

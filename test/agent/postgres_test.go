@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -121,6 +122,37 @@ func TestMissingSecretFailsTheProbeUntilCreated(t *testing.T) {
 	}
 	credentials(t, ns, "late-credentials", pg)
 	waitPublished(t, ns, "late", map[string]string{"late-node-a": "db-0:TTF"})
+}
+
+// TestOversizeSecretValueFailsTheProbe: a caCert over the 64 KiB the agent
+// keeps of it fails the probe with reason secret and an event naming the
+// key and the bound, even with tlsMode disable, which ignores caCert;
+// bringing it under the bound lets the probe pass.
+func TestOversizeSecretValueFailsTheProbe(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	const ip = "10.244.66.1"
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip})
+	dbPod(t, ns, "db-0", nodeA, ip)
+	o := pg.Options()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "big-credentials"},
+		Data: map[string][]byte{"user": []byte(o.User), "password": []byte(o.Password), "caCert": bytes.Repeat([]byte("x"), 64<<10+1)}}
+	if err := controlPlane.Client.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	swh := resource(ns, "big", []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}}, postgresProbe("SELECT 1", "big-credentials"))
+	swh.Spec.Selector = map[string]string{"app": "db"}
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	waitProbeFailure(t, ns, "big", `Secret `+ns+`/big-credentials: key "caCert" is 65537 bytes, more than the 65536 (64 KiB) the agent accepts`)
+	waitPublished(t, ns, "big", map[string]string{"big-node-a": "db-0:FFF"})
+
+	secret.Data["caCert"] = bytes.Repeat([]byte("x"), 64<<10)
+	if err := controlPlane.Client.Update(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "big", map[string]string{"big-node-a": "db-0:TTF"})
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
