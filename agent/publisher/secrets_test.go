@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -449,6 +450,28 @@ func TestSecretFingerprint(t *testing.T) {
 	} {
 		if keptOf(key, other).fingerprint == base.fingerprint && keptOf(key, other).oversize == "" {
 			t.Errorf("%q has the fingerprint of %q", other, base.values)
+		}
+	}
+}
+
+// TestTLSConflictNote: a conflict whose spec side is "disable", which the
+// CRD used to fill in by default, says how to remove it; others do not.
+func TestTLSConflictNote(t *testing.T) {
+	secret := types.NamespacedName{Namespace: "shop", Name: "db-credentials"}
+	for _, tt := range []struct {
+		spec swhv1alpha1.PostgreSQLTLSMode
+		hint bool
+	}{
+		{swhv1alpha1.PostgreSQLTLSDisable, true},
+		{swhv1alpha1.PostgreSQLTLSRequire, false},
+		{swhv1alpha1.PostgreSQLTLSVerifyFull, false},
+	} {
+		pg := &swhv1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(5432), TLSMode: tt.spec}
+		note := tlsConflictNote("db-write", 2, pg, secret, "verify-ca")
+		prefix := fmt.Sprintf(`probe 2 (PostgreSQL on 5432) sets tlsMode %q and Secret shop/db-credentials holds tlsMode "verify-ca": the probe uses the spec's %q`, tt.spec, tt.spec)
+		const patch = `kubectl patch swh db-write -n shop --type=json -p '[{"op":"remove","path":"/spec/healthcheck/probes/2/postgreSQL/tlsMode"}]'`
+		if !strings.HasPrefix(note, prefix) || strings.HasSuffix(note, patch) != tt.hint || len(note) > maxNoteBytes {
+			t.Errorf("spec %s: note %q; want it to start %q and end with the patch: %v", tt.spec, note, prefix, tt.hint)
 		}
 	}
 }

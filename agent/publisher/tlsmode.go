@@ -78,9 +78,7 @@ func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.Ser
 				// An invalid value fails the probe itself (reason secret).
 				continue
 			}
-			note := fmt.Sprintf("probe %d (PostgreSQL on %s) sets tlsMode %q and Secret %s holds tlsMode %q: the probe uses the spec's %q",
-				i, pg.TargetPort.String(), pg.TLSMode, secret, mode, pg.TLSMode)
-			current[i] = note
+			current[i] = tlsConflictNote(swh.Name, i, pg, secret, mode)
 			// The action tells conflicts apart: the recorder folds events
 			// of one action and related object into the first one's note.
 			found[i] = conflict{secret, fmt.Sprintf("Probe%d/%s/%s", i, pg.TLSMode, mode)}
@@ -93,6 +91,21 @@ func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.Ser
 		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: c.secret.Namespace, Name: c.secret.Name}
 		p.Recorder.Eventf(swh, related, corev1.EventTypeWarning, "TLSModeConflict", c.action, "%s", eventNote(current[i]))
 	}
+}
+
+// tlsConflictNote says that probe i of resource name sets a tlsMode that
+// differs from mode, the one its Secret holds. When the spec's is disable,
+// it may not be the user's: the CRD used to default tlsMode to disable on
+// the server, so every resource created then stores it and the Secret's is
+// never used. The note gives the patch that removes it.
+func tlsConflictNote(name string, i int, pg *swhv1alpha1.PostgreSQLProbe, secret types.NamespacedName, mode string) string {
+	note := fmt.Sprintf("probe %d (PostgreSQL on %s) sets tlsMode %q and Secret %s holds tlsMode %q: the probe uses the spec's %q",
+		i, pg.TargetPort.String(), pg.TLSMode, secret, mode, pg.TLSMode)
+	if pg.TLSMode != swhv1alpha1.PostgreSQLTLSDisable {
+		return note
+	}
+	return note + fmt.Sprintf(`. A resource created when the CRD defaulted tlsMode to "disable" stores it without the user setting it; to use the Secret's, remove it: `+
+		`kubectl patch swh %s -n %s --type=json -p '[{"op":"remove","path":"/spec/healthcheck/probes/%d/postgreSQL/tlsMode"}]'`, name, secret.Namespace, i)
 }
 
 // secretTLSModeChanged brings back the resources whose probes set a tlsMode

@@ -209,7 +209,13 @@ func TestSecretTLSModeIsHonoured(t *testing.T) {
 		return nil
 	})
 
-	waitConflict(t, ns, "pinned", `sets tlsMode "disable" and Secret `+ns+`/ported holds tlsMode "verify-full"`)
+	// "disable" may have been stored by the old CRD's default: the note
+	// says how to remove it.
+	pinned := waitConflict(t, ns, "pinned", `sets tlsMode "disable" and Secret `+ns+`/ported holds tlsMode "verify-full"`)
+	removal := `kubectl patch swh pinned -n ` + ns + ` --type=json -p '[{"op":"remove","path":"/spec/healthcheck/probes/0/postgreSQL/tlsMode"}]'`
+	if !strings.Contains(pinned.Note, removal) {
+		t.Errorf("the conflict of a spec's \"disable\" does not say %q: %q", removal, pinned.Note)
+	}
 	// Reconciles that change nothing report nothing again.
 	for i := range 3 {
 		pod := &corev1.Pod{}
@@ -250,6 +256,16 @@ func TestSecretTLSModeIsHonoured(t *testing.T) {
 	waitPublished(t, ns, "from-secret", map[string]string{"from-secret-node-a": "db-0:FFF"})
 	waitPublished(t, ns, "pinned", map[string]string{"pinned-node-a": "db-0:FFF"})
 	waitProbeFailure(t, ns, "from-secret", `Secret `+ns+`/ported: key "tlsMode" is "prefer"`)
+
+	// The patch the note gives applies and leaves tlsMode unset.
+	patch := strings.TrimSuffix(removal[strings.Index(removal, "-p '")+len("-p '"):], "'")
+	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pinned"}}
+	if err := controlPlane.Client.Patch(context.Background(), swh, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
+		t.Fatalf("the patch %s: %v", patch, err)
+	}
+	if mode := swh.Spec.Healthcheck.Probes[0].PostgreSQL.TLSMode; mode != "" {
+		t.Errorf("after the patch, tlsMode is %q", mode)
+	}
 }
 
 // conflicts lists the TLSModeConflict events of a resource.
