@@ -11,7 +11,12 @@
 //     traffic (a selector, ports, type, traffic policies, …: server-side
 //     apply alone leaves fields it does not own), deleting the built-in
 //     controller's slices after a selector, and reports a
-//     service.kubernetes.io/service-proxy-name label it does not set;
+//     service.kubernetes.io/service-proxy-name label it does not set. What
+//     its own apply set is never such a change: the apply removes what the
+//     spec drops, and while the API server refuses the spec only a selector
+//     is removed. A field is put back at most once per interval (doubling
+//     while it keeps coming back), and one that a mutating admission puts
+//     back on the controller's own patch is reported, not fought;
 //   - deletes the agents' slices that nobody will update any more (their node
 //     is gone, or their port or address family is no longer the child
 //     Service's: the agents publish what the Service says, not the spec);

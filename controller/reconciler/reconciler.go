@@ -36,6 +36,10 @@ type Reconciler struct {
 	// Metrics counts writes; nil counts nothing.
 	Metrics *Metrics
 
+	// reverts limits how often a field of a child Service is put back
+	// (SetupWithManager makes it).
+	reverts *revertLimiter
+
 	// recheck queues a resource again at a time the reconciler chose
 	// (SetupWithManager makes it). A RequeueAfter would not do: the queue
 	// merges it into any earlier pass, which may still see the status from
@@ -59,6 +63,8 @@ type serviceState struct {
 	// retry asks for another pass soon, with no status written: the cache
 	// was behind the Service.
 	retry bool
+	// after asks for another pass then: a revert waits for its interval.
+	after time.Duration
 }
 
 // Reconcile brings one resource's Service, slices and status in line.
@@ -67,6 +73,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, swh); err != nil {
 		// Deleted: the garbage collector removes the Service and, through
 		// it, the slices.
+		if apierrors.IsNotFound(err) {
+			r.reverts.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !swh.DeletionTimestamp.IsZero() {
@@ -79,7 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if st.retry {
 		return ctrl.Result{RequeueAfter: 100 * time.Millisecond}, nil
 	}
-	svc, cond := st.svc, st.cond
+	svc, cond, requeue := st.svc, st.cond, st.after
 
 	slices := &discoveryv1.EndpointSliceList{}
 	if err := r.Client.List(ctx, slices, client.InNamespace(swh.Namespace), client.MatchingLabels{
@@ -89,7 +98,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("listing the slices of %s: %w", req.NamespacedName, err)
 	}
 	live := slices.Items
-	var requeue time.Duration
 	if svc != nil && ownedBy(svc, swh) {
 		// A refused apply leaves the Service as it was, and the agents go
 		// on publishing its ports: none of their slices is stale for it.
@@ -103,7 +111,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			case ReasonAdopting:
 				cond, err = r.finishAdoption(ctx, swh, live, cond)
 			case ReasonSelectorRemoved:
-				cond, requeue, err = r.finishSelectorRemoval(ctx, swh, cond)
+				var recheck time.Duration
+				cond, recheck, err = r.finishSelectorRemoval(ctx, swh, cond)
+				requeue = sooner(requeue, recheck)
 			}
 		}
 		if apierrors.IsForbidden(err) {
@@ -122,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	r.eventOnTransition(swh, cond)
 	res, err := r.writeStatus(ctx, swh, computeStatus(swh, svc, live, cond))
 	if cond.Reason == ReasonForbidden {
-		requeue = forbiddenRetry
+		requeue = sooner(requeue, forbiddenRetry)
 	}
 	if err == nil && res.RequeueAfter == 0 {
 		res.RequeueAfter = requeue
@@ -248,7 +258,15 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 	if pb.drift.selector != "" {
 		removedSelector = pb.drift.selector
 	}
-	return serviceState{svc: pb.svc, cond: r.synced(swh, pb.svc, cond, removedSelector)}, nil
+	return serviceState{svc: pb.svc, cond: drifting(r.synced(swh, pb.svc, cond, removedSelector), pb), after: pb.wait}, nil
+}
+
+// sooner returns the shorter of two waits, 0 meaning none.
+func sooner(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // specApplied reports whether the status says the controller already

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +34,14 @@ type putBackResult struct {
 	svc *corev1.Service
 	// drift is what it put back.
 	drift drift
+	// held is what a mutating admission put back on the controller's own
+	// patch, now or earlier: not removed again until the Service or the
+	// resource changes.
+	held drift
+	// deferred is what was put back too recently to be again; wait is
+	// when it may be, interval how often at most.
+	deferred       drift
+	wait, interval time.Duration
 	// done ends the pass with state: the cache was behind, or nothing
 	// could be put back and the condition says why.
 	done  bool
@@ -44,10 +54,27 @@ type putBackResult struct {
 // controller's apply held there, which the spec dropped and a previous field
 // manager still shares (kubectl, before an adoption), goes as part of the
 // spec's change and is not reported as someone else's.
+//
+// Someone who sets a field again at once (a mutating admission webhook or
+// policy on the patch itself, a controller that watches) would otherwise
+// make an endless loop of writes: a field the patch came back with is held,
+// and a field is put back at most once per interval, the interval doubling
+// while it keeps coming back (see revertLimiter).
 func (r *Reconciler) putBack(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc, before *corev1.Service, include func(string) bool) (putBackResult, error) {
-	d := foreignDrift(swh, svc, r.FieldOwner, include)
+	res := putBackResult{svc: svc}
+	all := foreignDrift(swh, svc, r.FieldOwner, include)
+	if len(all.changes) == 0 {
+		return res, nil
+	}
+	key := client.ObjectKeyFromObject(swh)
+	now := time.Now()
+	g := r.reverts.gate(key, all.fields(), svc.ResourceVersion, swh.Generation, now)
+	res.held, _ = all.split(func(c change) bool { return g.held[c.field] })
+	res.deferred, _ = all.split(func(c change) bool { return g.deferred[c.field] })
+	res.wait, res.interval = g.wait, g.interval
+	d := foreignDrift(swh, svc, r.FieldOwner, func(f string) bool { return g.allowed[f] && (include == nil || include(f)) })
 	if d.patch == nil {
-		return putBackResult{svc: svc}, nil
+		return res, nil
 	}
 	cond := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced}
 	patched, err := r.revertDrift(ctx, svc, d)
@@ -63,14 +90,55 @@ func (r *Reconciler) putBack(ctx context.Context, swh *swhv1alpha1.ServiceWithHe
 	case err != nil:
 		return putBackResult{done: true}, err
 	}
-	spec, others := d.split(func(c change) bool { return before != nil && appliedBy(before, r.FieldOwner, c.path...) })
+	r.reverts.reverted(key, d.fields(), now)
+	// What the Service came back with: a mutating admission put it back.
+	patchedFields := d.fields()
+	again := foreignDrift(swh, patched, r.FieldOwner, func(f string) bool { return slices.Contains(patchedFields, f) })
+	if len(again.changes) > 0 {
+		r.reverts.hold(key, again.fields(), patched.ResourceVersion, swh.Generation)
+		res.held.changes = append(res.held.changes, again.changes...)
+		log.FromContext(ctx).Info("a mutating admission put back what the controller removed from the child Service; not removing it again until the Service or the resource changes",
+			"changes", again.String())
+	}
+	stuck, _ := d.split(func(c change) bool { return !slices.Contains(again.fields(), c.field) })
+	if again.selector == "" {
+		stuck.selector = d.selector
+	}
+	spec, others := stuck.split(func(c change) bool { return before != nil && appliedBy(before, r.FieldOwner, c.path...) })
 	if len(spec.changes) > 0 {
 		log.FromContext(ctx).Info("removed what the spec no longer sets and a previous field manager still held", "changes", spec.String())
 	}
 	if len(others.changes) > 0 {
 		r.reportRevert(ctx, swh, others)
 	}
-	return putBackResult{svc: patched, drift: d}, nil
+	res.svc, res.drift = patched, stuck
+	return res, nil
+}
+
+// drifting returns the condition of a pass that left someone else's change
+// on the Service: held or deferred. cond is what the pass found otherwise;
+// a condition other than Synced or ServiceDrifted says more and is kept.
+func drifting(cond metav1.Condition, pb putBackResult) metav1.Condition {
+	if cond.Reason != ReasonServiceSynced && cond.Reason != ReasonServiceDrifted {
+		return cond
+	}
+	var notes []string
+	if len(pb.held.changes) > 0 {
+		notes = append(notes, fmt.Sprintf("a mutating admission webhook or policy sets %s again on every write of the child Service; "+
+			"the controller stops removing it until the Service or the resource changes", pb.held))
+	}
+	if len(pb.deferred.changes) > 0 {
+		notes = append(notes, fmt.Sprintf("someone sets %s again right after the controller removes it; it is removed at most once every %s while that goes on",
+			pb.deferred, pb.interval))
+	}
+	if len(notes) == 0 {
+		return cond
+	}
+	if cond.Reason == ReasonServiceDrifted {
+		notes = append(notes, cond.Message)
+	}
+	cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonServiceDrifted, strings.Join(notes, ". ")
+	return cond
 }
 
 // revertDrift puts back the fields of d.patch with a JSON merge patch: null

@@ -56,6 +56,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 	r.recheck = make(chan event.GenericEvent, recheckBuffer)
+	r.reverts = newRevertLimiter()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("servicewithhealthchecks").
 		For(&swhv1alpha1.ServiceWithHealthchecks{}, builder.WithPredicates(predicate.Or(
