@@ -32,6 +32,9 @@ const (
 	// reuse period for its first credentials.
 	secretRetryFirst = time.Second
 	secretRetryMax   = 5 * time.Second
+	// secretRetryWindow is how long a Secret never read is retried on that
+	// backoff; then once per reuse period, like any other.
+	secretRetryWindow = time.Minute
 	// secretShortMax and secretPEMMax bound what the cache keeps of a key:
 	// a Secret may hold 1 MiB and a tenant may name a different one in each
 	// resource, against the agent's 256 MiB. user, password and tlsMode
@@ -176,8 +179,9 @@ func (c *secretCache) len() int {
 // one is due: the ttl once the Secret was read, a backoff before. NotFound
 // counts as not read: a Secret created just after its resource (kubectl
 // apply of a directory creates them in any order) then takes effect within
-// seconds. That costs one GET per missing Secret per retryMax while it is
-// missing, never more however many probes ask. A Secret deleted after it
+// seconds. That costs one GET per missing Secret per retryMax for its
+// first minute missing (secretRetryWindow), then one per ttl, never more
+// however many probes ask. A Secret deleted after it
 // was read is read again once per ttl. c.mu is held.
 func (c *secretCache) retryAfter(e *secretEntry) time.Duration {
 	if e.everRead || e.backoff == 0 {
@@ -220,6 +224,10 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 		// Read before: the next read is due after the ttl.
 	case e.backoff == 0:
 		e.backoff = c.retryFirst
+	case !e.failingSince.IsZero() && time.Since(e.failingSince) > secretRetryWindow:
+		// Missing (or unreadable) for long: once per ttl, so that many
+		// missing Secrets do not eat the client's shared request budget.
+		e.backoff = c.ttl
 	default:
 		e.backoff = min(2*e.backoff, c.retryMax)
 	}
