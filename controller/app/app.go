@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -94,6 +95,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			// Only the agents' slices: the cluster's other slices are none
 			// of the controller's business and would fill its memory.
 			&discoveryv1.EndpointSlice{}: {Label: agentSlices},
+			// Nodes, typed (the node health controller) and metadata-only
+			// (the reconciler): only what they read.
+			&corev1.Node{}: {Transform: trimNode},
 		}},
 	}
 	if opts.SkipNameValidation {

@@ -27,7 +27,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "swh_controller_node_withdrawal_delay_seconds",
-			Help:    "From a node's Ready condition changing (its lastTransitionTime, whole seconds) to the controller's write withdrawing its endpoints.",
+			Help:    "From a node's Ready condition changing (its lastTransitionTime, whole seconds) to the controller's first write withdrawing its endpoints in that not-Ready period.",
 			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60},
 		}),
 	}
@@ -45,14 +45,17 @@ func (m *Metrics) setNotReady(n int) {
 	}
 }
 
-// withdrew counts a slice's withdrawn endpoints and the delay since the
-// node's condition changed (when it says when).
-func (m *Metrics) withdrew(endpoints int, since time.Time) {
-	if m == nil {
-		return
+// withdrew counts a slice's withdrawn endpoints.
+func (m *Metrics) withdrew(endpoints int) {
+	if m != nil {
+		m.withdrawn.Add(float64(endpoints))
 	}
-	m.withdrawn.Add(float64(endpoints))
-	if !since.IsZero() {
+}
+
+// observeDelay observes the delay since the node's condition changed, once
+// per not-Ready period of a node.
+func (m *Metrics) observeDelay(since time.Time) {
+	if m != nil {
 		m.delay.Observe(time.Since(since).Seconds())
 	}
 }

@@ -45,21 +45,17 @@ type Withdrawer struct {
 
 	mu       sync.Mutex
 	notReady map[string]bool
+	// observed holds, per node, the Ready transition whose withdrawal
+	// delay was observed: a later write in the same not-Ready period (a
+	// late agent write withdrawn again) is not a new delay.
+	observed map[string]time.Time
 }
 
 // SetupWithManager registers the Withdrawer: a node whose readiness changes,
 // or any change of an agent's slice on a node that is not Ready (a late
 // write of its agent, say), wakes it up.
 func (w *Withdrawer) SetupWithManager(mgr ctrl.Manager) error {
-	w.notReady = map[string]bool{}
-	readiness := predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool { return notReady(e.Object) },
-		UpdateFunc: func(e event.UpdateEvent) bool {
-			return notReady(e.ObjectNew) || notReady(e.ObjectOld)
-		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return true },
-		GenericFunc: func(event.GenericEvent) bool { return false },
-	}
+	w.init()
 	sliceNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		s, ok := obj.(*discoveryv1.EndpointSlice)
 		if !ok || s.Labels[discoveryv1.LabelManagedBy] != endpoints.DefaultManagedBy {
@@ -74,9 +70,31 @@ func (w *Withdrawer) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("nodehealth").
-		For(&corev1.Node{}, builder.WithPredicates(readiness)).
+		For(&corev1.Node{}, builder.WithPredicates(readiness())).
 		Watches(&discoveryv1.EndpointSlice{}, sliceNode).
 		Complete(w)
+}
+
+func (w *Withdrawer) init() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.notReady == nil {
+		w.notReady, w.observed = map[string]bool{}, map[string]time.Time{}
+	}
+}
+
+// readiness lets through the node events that may need a withdrawal or end
+// one: a node created or updated while not Ready, one that becomes Ready
+// again (its state is forgotten), and deletions.
+func readiness() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return notReady(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return notReady(e.ObjectNew) || notReady(e.ObjectOld)
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
 }
 
 func notReady(obj client.Object) bool {
@@ -136,7 +154,10 @@ func (w *Withdrawer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			continue
 		}
 		withdrawn[resource] += serving
-		w.Metrics.withdrew(serving, since)
+		w.Metrics.withdrew(serving)
+		if w.firstWithdrawal(node.Name, since) {
+			w.Metrics.observeDelay(since)
+		}
 	}
 	w.report(ctx, node, since, withdrawn)
 	return ctrl.Result{}, errors.Join(errs...)
@@ -186,16 +207,36 @@ func (w *Withdrawer) report(ctx context.Context, node *corev1.Node, since time.T
 		"status", status, "endpoints", total, "resources", strings.Join(names, ","), "afterCondition", time.Since(since).Round(time.Millisecond).String())
 }
 
-// track keeps the not-ready gauge.
+// track keeps the not-ready gauge, and forgets the withdrawal of a node
+// that is Ready again or gone.
 func (w *Withdrawer) track(node string, notReady bool) {
+	w.init()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if notReady {
 		w.notReady[node] = true
 	} else {
 		delete(w.notReady, node)
+		delete(w.observed, node)
 	}
 	w.Metrics.setNotReady(len(w.notReady))
+}
+
+// firstWithdrawal reports whether a write is the first withdrawal of the
+// node since its Ready condition changed at since (zero: unknown, never
+// observed), and remembers it.
+func (w *Withdrawer) firstWithdrawal(node string, since time.Time) bool {
+	if since.IsZero() {
+		return false
+	}
+	w.init()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if seen, ok := w.observed[node]; ok && seen.Equal(since) {
+		return false
+	}
+	w.observed[node] = since
+	return true
 }
 
 // readySince is when the node's Ready condition last changed.

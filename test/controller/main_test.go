@@ -56,8 +56,10 @@ func TestMain(m *testing.M) {
 // controller is one running swh-controller with its own metrics registry.
 type controller struct {
 	registry *prometheus.Registry
-	stop     context.CancelFunc
-	done     chan error
+	// cache is the manager's cache: what the controller holds in memory.
+	cache client.Reader
+	stop  context.CancelFunc
+	done  chan error
 }
 
 // startController runs a controller as the cluster administrator until the
@@ -83,6 +85,7 @@ func startControllerAs(t *testing.T, cfg *rest.Config, opts app.Options) *contro
 	if err != nil {
 		t.Fatalf("creating the controller: %v", err)
 	}
+	c.cache = mgr.GetCache()
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	go func() { c.done <- mgr.Start(ctx) }()
@@ -123,6 +126,22 @@ func (c *controller) counter(t *testing.T, name string, want map[string]string) 
 		}
 	}
 	return total
+}
+
+// histogramCount returns how many observations a histogram (with no
+// labels) has.
+func (c *controller) histogramCount(t *testing.T, name string) uint64 {
+	t.Helper()
+	families, err := c.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
 }
 
 func labelsMatch(m *dto.Metric, want map[string]string) bool {
