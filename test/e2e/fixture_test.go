@@ -165,6 +165,10 @@ type Expect struct {
 	Want []string
 }
 
+// settle is how long batches must keep meeting an Expect before it is
+// measured.
+const settle = time.Second
+
 func (e Expect) holds(t Tally) bool {
 	if len(e.Want) == 0 {
 		return t.Total > 0 && t.Failed == t.Total
@@ -187,10 +191,14 @@ type result struct {
 
 // await sends batches of requests until one meets e, then measures e.N more
 // that must meet it too. The row holds the time since the change (when the
-// first batch met e) and the requests sent while converging. Two batches in
-// a row must meet e before the measurement starts: one clean batch did not
-// prove the data path settled (in iptables mode, a dial to a new Service
-// timed out among the measured requests right after one).
+// first batch met e) and the requests sent while converging. Batches must
+// keep meeting e for settle (two batches at least) before the measurement
+// starts: one clean batch did not prove the data path settled. In iptables
+// mode a dial to a brand-new Service timed out (three SYNs lost) among the
+// measured requests within half a second of two clean batches, twice over
+// many runs; the cause is not established (the SYNs sent before kube-proxy
+// has a new Service's rules pin un-NATed conntrack entries, see
+// kubernetes/kubernetes#48719, but a later dial uses another source port).
 func (f *fixture) await(since time.Time, e Expect) result {
 	var during Tally
 	deadline := time.Now().Add(convergeTimeout)
@@ -199,11 +207,12 @@ func (f *fixture) await(since time.Time, e Expect) result {
 		batch = 4 // requests to nothing time out
 	}
 	var converged time.Duration
-	for held := 0; held < 2; {
+	var heldSince time.Time
+	for held := 0; held < 2 || time.Since(heldSince) < settle; {
 		b := Send(f.ctx, e.Req, batch)
 		if e.holds(b) {
 			if held++; held == 1 {
-				converged = time.Since(since)
+				converged, heldSince = time.Since(since), time.Now()
 			}
 			continue
 		}
