@@ -92,6 +92,8 @@ func (m *Metrics) sliceWrite(op string, err error) {
 		outcome = "conflict"
 	case apierrors.IsAlreadyExists(err):
 		outcome = "exists"
+	case apierrors.IsForbidden(err):
+		outcome = "forbidden"
 	default:
 		outcome = "error"
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -24,6 +25,9 @@ import (
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/probes"
 )
+
+// maxRetryDelay caps the backoff of a resource whose writes keep failing.
+const maxRetryDelay = 30 * time.Second
 
 // Options configure a Publisher.
 type Options struct {
@@ -99,7 +103,14 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(obj)}}
 	})
-	copts := controller.Options{MaxConcurrentReconciles: 4}
+	// A refused write (an admission policy, a registry not written yet) is
+	// retried with backoff; capped at maxRetryDelay rather than
+	// controller-runtime's 1000 s, so a slice refused for a while is
+	// written soon after the refusal ends even when nothing else changes.
+	copts := controller.Options{MaxConcurrentReconciles: 4, RateLimiter: workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)}
 	if opts.SkipNameValidation {
 		copts.SkipNameValidation = &opts.SkipNameValidation
 	}
