@@ -20,10 +20,11 @@ import (
 // bound to a pod: the name of the pod's node.
 const nodeNameExtra = "authentication.kubernetes.io/node-name"
 
-// agentToken creates node (when missing) and a pod on it running as the
-// agent's ServiceAccount in the release namespace, as the DaemonSet's pod
-// would be, and returns a token bound to that pod, from the TokenRequest API
-// as kubelet asks for the projected token.
+// agentToken creates node (when missing) and a pod on it (named from the
+// prefix pod) running as the agent's ServiceAccount in the release
+// namespace, as the DaemonSet's pod would be, and returns a token bound to
+// that pod, from the TokenRequest API as kubelet asks for the projected
+// token.
 func agentToken(ctx context.Context, t *testing.T, node, pod string) string {
 	t.Helper()
 	c := controlPlane.Client
@@ -34,7 +35,7 @@ func agentToken(ctx context.Context, t *testing.T, node, pod string) string {
 		t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
 	}
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: pod},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: pod},
 		Spec: corev1.PodSpec{
 			NodeName:           node,
 			ServiceAccountName: agentSA,
@@ -53,28 +54,17 @@ func agentToken(ctx context.Context, t *testing.T, node, pod string) string {
 	t.Cleanup(func() {
 		_ = c.Delete(context.Background(), p, client.GracePeriodSeconds(0))
 	})
-	cs, err := kubernetes.NewForConfig(controlPlane.Config)
+	token, err := harness.ServiceAccountToken(ctx, c, namespace, agentSA, p, time.Hour)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("a token bound to the agent's pod: %v", err)
 	}
-	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, agentSA, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{
-			ExpirationSeconds: new(int64(3600)),
-			BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("requesting a token bound to the agent's pod: %v", err)
-	}
-	return tr.Status.Token
+	return token
 }
 
 // bearer returns a configuration that authenticates with token alone: no
 // client certificate, no impersonation.
 func bearer(token string) *rest.Config {
-	cfg := rest.AnonymousClientConfig(controlPlane.Config)
-	cfg.BearerToken = token
-	return cfg
+	return harness.TokenConfig(controlPlane.Config, token)
 }
 
 // TestAgentTokenNamesItsNode checks what the admission policies rely on: a
@@ -84,7 +74,7 @@ func TestAgentTokenNamesItsNode(t *testing.T) {
 	installRBAC(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	token := agentToken(ctx, t, "token-node", "swh-agent-token")
+	token := agentToken(ctx, t, "token-node", "swh-agent-token-")
 	cs, err := kubernetes.NewForConfig(bearer(token))
 	if err != nil {
 		t.Fatal(err)

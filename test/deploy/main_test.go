@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -180,17 +181,33 @@ func impersonating(sa string) (*rest.Config, *forbiddenLog) {
 	cfg := rest.CopyConfig(controlPlane.Config)
 	user, groups := serviceAccountUser(sa)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	return cfg, recordForbidden(cfg)
+}
+
+// recordForbidden makes cfg log the requests the API server refuses with
+// 403 (RBAC, or an admission policy whose reason is Forbidden).
+func recordForbidden(cfg *rest.Config) *forbiddenLog {
+	return recordStatus(cfg, http.StatusForbidden)
+}
+
+// recordRefused makes cfg log the requests refused with 403 or 422: an
+// admission policy that cannot find its param refuses with 422 Invalid.
+func recordRefused(cfg *rest.Config) *forbiddenLog {
+	return recordStatus(cfg, http.StatusForbidden, http.StatusUnprocessableEntity)
+}
+
+func recordStatus(cfg *rest.Config, codes ...int) *forbiddenLog {
 	log := &forbiddenLog{}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
-			if err == nil && resp.StatusCode == http.StatusForbidden {
+			if err == nil && slices.Contains(codes, resp.StatusCode) {
 				log.mu.Lock()
-				log.seen = append(log.seen, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
+				log.seen = append(log.seen, resp.Status+": "+r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery)
 				log.mu.Unlock()
 			}
 			return resp, err
 		})
 	})
-	return cfg, log
+	return log
 }

@@ -107,8 +107,6 @@ var needs = map[string][]access{
 		{verb: "list", resource: "nodes"},
 		{verb: "watch", resource: "nodes"},
 		{verb: "get", resource: "nodes", name: "node-a"},
-		// PostgreSQL credentials, read by name when a probe needs them.
-		{verb: "get", resource: "secrets", namespace: appNS, name: "db-credentials"},
 		// Its slices: cached, written.
 		{verb: "list", group: "discovery.k8s.io", resource: "endpointslices"},
 		{verb: "watch", group: "discovery.k8s.io", resource: "endpointslices"},
@@ -160,8 +158,16 @@ var mustNot = map[string][]access{
 		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "cluster-admin"},
 		{verb: "impersonate", resource: "users", name: "admin"},
 		{verb: "update", group: "apiextensions.k8s.io", resource: "customresourcedefinitions", name: "servicewithhealthchecks.network.swh.dev"},
+		// The admission policies that confine the agents.
+		{verb: "update", group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicies", name: "swh-agent-endpointslices"},
+		{verb: "delete", group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicybindings", name: "swh-agent-endpointslice-services"},
 	},
 	agentSA: {
+		// Secrets only through the Roles the controller makes for the
+		// Secrets its probes reference (none installed here).
+		{verb: "get", resource: "secrets", namespace: appNS, name: "db-credentials"},
+		{verb: "get", resource: "secrets", namespace: "kube-system", name: "bootstrap-token-abcdef"},
+		{verb: "get", resource: "secrets", namespace: namespace},
 		{verb: "list", resource: "secrets", namespace: appNS},
 		{verb: "list", resource: "secrets"},
 		{verb: "watch", resource: "secrets"},
@@ -169,6 +175,10 @@ var mustNot = map[string][]access{
 		{verb: "create", resource: "secrets", namespace: appNS},
 		{verb: "update", resource: "secrets", namespace: appNS, name: "db-credentials"},
 		{verb: "get", resource: "configmaps", namespace: appNS},
+		// Registering a Service in swh-services would open it to the agents.
+		{verb: "create", resource: "configmaps", namespace: appNS},
+		{verb: "update", resource: "configmaps", namespace: appNS, name: "swh-services"},
+		{verb: "patch", resource: "configmaps", namespace: appNS, name: "swh-services"},
 		{verb: "create", resource: "services", namespace: appNS},
 		{verb: "update", resource: "services", namespace: appNS},
 		{verb: "patch", resource: "services", namespace: appNS},
@@ -193,6 +203,13 @@ var mustNot = map[string][]access{
 		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace, name: agentSA},
 		{verb: "create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: namespace},
 		{verb: "impersonate", resource: "serviceaccounts", namespace: namespace, name: controllerSA},
+		// The admission policies that confine it to its node.
+		{verb: "update", group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicies", name: "swh-agent-endpointslices"},
+		{verb: "delete", group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicybindings", name: "swh-agent-endpointslices"},
+		{verb: "delete", group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicybindings", name: "swh-agent-endpointslice-services"},
+		{verb: "create", group: "admissionregistration.k8s.io", resource: "validatingadmissionpolicybindings"},
+		{verb: "create", group: "admissionregistration.k8s.io", resource: "mutatingadmissionpolicies"},
+		{verb: "create", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations"},
 	},
 }
 

@@ -23,31 +23,8 @@ import (
 // ServiceMonitor's CRD is not installed: the test checks instead that it
 // selects both metrics Services and their port. Needs bin/helm.
 func TestChartVariants(t *testing.T) {
-	root, err := harness.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := filepath.Join(root, "bin", "helm")
-	if _, err := os.Stat(helm); err != nil {
-		harness.Unavailable(t, fmt.Errorf("bin/helm (hack/build-tools.sh helm, run by make test and make verify, builds it): %w", harness.ErrMissingDependency))
-	}
 	const ns = "swh-variant"
-	cmd := exec.Command(helm, "template", "other", filepath.Join(root, "deploy", "charts", "swh"),
-		"--namespace", ns, "--set", "createNamespace=true,agent.hostNetwork=true,controller.replicas=1,serviceMonitor.enabled=true,serviceMonitor.labels.release=prom")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, stderr.String())
-	}
-	path := filepath.Join(t.TempDir(), "variant.yaml")
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := readManifests(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := renderChart(t, "other", ns, "createNamespace=true,agent.hostNetwork=true,controller.replicas=1,serviceMonitor.enabled=true,serviceMonitor.labels.release=prom")
 
 	if n := len(ofKind(objs, "PodDisruptionBudget")); n != 0 {
 		t.Errorf("%d PodDisruptionBudgets with one replica; it would block every drain", n)
@@ -59,6 +36,19 @@ func TestChartVariants(t *testing.T) {
 	ds := find(t, objs, "DaemonSet", "other-swh-agent")
 	if host, _, _ := unstructured.NestedBool(ds.Object, "spec", "template", "spec", "hostNetwork"); !host {
 		t.Error("agent.hostNetwork=true did not put the agent in the host network")
+	}
+	// The agent's admission policies name this release's agent, and turn off.
+	for _, name := range []string{"other-swh-agent-endpointslices", "other-swh-agent-endpointslice-services"} {
+		policy := find(t, objs, "ValidatingAdmissionPolicy", name)
+		find(t, objs, "ValidatingAdmissionPolicyBinding", name)
+		conditions, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
+		const agent = "'system:serviceaccount:" + ns + ":other-swh-agent'"
+		if len(conditions) != 1 || !strings.Contains(fmt.Sprint(conditions[0].(map[string]any)["expression"]), agent) {
+			t.Errorf("ValidatingAdmissionPolicy %s matches %v, want only the user %s", name, conditions, agent)
+		}
+	}
+	if off := renderChart(t, "other", ns, "agent.admissionPolicy.enabled=false"); len(ofKind(off, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")) != 0 {
+		t.Error("agent.admissionPolicy.enabled=false still renders admission policies")
 	}
 
 	// The ServiceMonitor selects both metrics Services, in their namespace, by their port name.
@@ -100,4 +90,39 @@ func TestChartVariants(t *testing.T) {
 	if len(w.seen) > 0 {
 		t.Errorf("the API server warned:\n%s", strings.Join(w.seen, "\n"))
 	}
+}
+
+// renderChart renders deploy/charts/swh through bin/helm as release in ns,
+// with the --set values set (comma-separated, none when empty). Needs
+// bin/helm.
+func renderChart(t *testing.T, release, ns, set string) []*unstructured.Unstructured {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := filepath.Join(root, "bin", "helm")
+	if _, err := os.Stat(helm); err != nil {
+		harness.Unavailable(t, fmt.Errorf("bin/helm (hack/build-tools.sh helm, run by make test and make verify, builds it): %w", harness.ErrMissingDependency))
+	}
+	args := []string{"template", release, filepath.Join(root, "deploy", "charts", "swh"), "--namespace", ns}
+	if set != "" {
+		args = append(args, "--set", set)
+	}
+	cmd := exec.Command(helm, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	path := filepath.Join(t.TempDir(), release+".yaml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := readManifests(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
