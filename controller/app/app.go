@@ -1,5 +1,6 @@
 // Package app assembles swh-controller: a controller-runtime manager with
-// leader election, health endpoints, metrics and the reconciler. The binary
+// leader election, health endpoints, metrics and the reconcilers (the
+// resources' Services, node health, the agents' access). The binary
 // and the tests both start the controller through Run.
 package app
 
@@ -14,16 +15,17 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/controller/access"
 	"github.com/swh-dev/swh/controller/nodehealth"
 	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/endpoints"
@@ -54,6 +56,10 @@ type Options struct {
 	Registry metrics.RegistererGatherer
 	// SkipNameValidation lets one process run several controllers (tests).
 	SkipNameValidation bool
+	// AgentServiceAccount is the agents' ServiceAccount, which the
+	// controller grants get on the Secrets the probes name, namespace by
+	// namespace; empty, it grants none.
+	AgentServiceAccount types.NamespacedName
 }
 
 // NewScheme returns the types the controller reads and writes.
@@ -82,6 +88,13 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		registry = metrics.Registry
 	}
 	agentSlices := labels.SelectorFromSet(labels.Set{discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy})
+	byObject := access.CacheByObject()
+	// Only the agents' slices: the cluster's other slices are none of the
+	// controller's business and would fill its memory.
+	byObject[&discoveryv1.EndpointSlice{}] = cache.ByObject{Label: agentSlices}
+	// Nodes, typed (the node health controller) and metadata-only (the
+	// reconciler): only what they read.
+	byObject[&corev1.Node{}] = cache.ByObject{Transform: trimNode}
 	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
@@ -91,14 +104,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionID:        opts.LeaderElectionID,
 		// The next leader starts at once instead of waiting for the lease.
 		LeaderElectionReleaseOnCancel: true,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only the agents' slices: the cluster's other slices are none
-			// of the controller's business and would fill its memory.
-			&discoveryv1.EndpointSlice{}: {Label: agentSlices},
-			// Nodes, typed (the node health controller) and metadata-only
-			// (the reconciler): only what they read.
-			&corev1.Node{}: {Transform: trimNode},
-		}},
+		// ConfigMaps, Roles and RoleBindings: only the access reconciler's.
+		Cache: cache.Options{ByObject: byObject},
 	}
 	if opts.SkipNameValidation {
 		mgrOpts.Controller.SkipNameValidation = &opts.SkipNameValidation
@@ -137,6 +144,17 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	w := &nodehealth.Withdrawer{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: nm}
 	if err := w.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the node health controller: %w", err)
+	}
+	am, err := access.NewMetrics(registry)
+	if err != nil {
+		return nil, err
+	}
+	a := &access.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		AgentServiceAccount: opts.AgentServiceAccount, Metrics: am,
+	}
+	if err := a.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the access reconciler: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)

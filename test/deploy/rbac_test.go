@@ -83,6 +83,30 @@ var needs = map[string][]access{
 		// Events about the resources.
 		{verb: "create", group: "events.k8s.io", resource: "events", namespace: appNS},
 		{verb: "patch", group: "events.k8s.io", resource: "events", namespace: appNS},
+		// The agents' grants (package access): the ConfigMap swh-services
+		// and the Role and RoleBinding swh-agent-secrets of each namespace
+		// with resources, cached by label, written and deleted; get on
+		// Secrets because RBAC's escalation check refuses a Role granting
+		// get on a Secret to whoever cannot get it.
+		{verb: "list", resource: "configmaps"},
+		{verb: "watch", resource: "configmaps"},
+		{verb: "get", resource: "configmaps", namespace: appNS, name: "swh-services"},
+		{verb: "create", resource: "configmaps", namespace: appNS},
+		{verb: "update", resource: "configmaps", namespace: appNS, name: "swh-services"},
+		{verb: "delete", resource: "configmaps", namespace: appNS, name: "swh-services"},
+		{verb: "list", group: "rbac.authorization.k8s.io", resource: "roles"},
+		{verb: "watch", group: "rbac.authorization.k8s.io", resource: "roles"},
+		{verb: "get", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS, name: "swh-agent-secrets"},
+		{verb: "create", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS},
+		{verb: "update", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS, name: "swh-agent-secrets"},
+		{verb: "delete", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS, name: "swh-agent-secrets"},
+		{verb: "list", group: "rbac.authorization.k8s.io", resource: "rolebindings"},
+		{verb: "watch", group: "rbac.authorization.k8s.io", resource: "rolebindings"},
+		{verb: "get", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: appNS, name: "swh-agent-secrets"},
+		{verb: "create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: appNS},
+		{verb: "update", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: appNS, name: "swh-agent-secrets"},
+		{verb: "delete", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: appNS, name: "swh-agent-secrets"},
+		{verb: "get", resource: "secrets", namespace: appNS, name: "db-credentials"},
 		// Leader election, in its own namespace only: the Lease and the
 		// core/v1 events client-go's leader election records.
 		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
@@ -125,12 +149,16 @@ var needs = map[string][]access{
 // binary or to the users.
 var mustNot = map[string][]access{
 	controllerSA: {
-		{verb: "get", resource: "secrets", namespace: appNS, name: "db-credentials"},
+		// Secrets: get by name only (see needs), never listed, watched or written.
 		{verb: "list", resource: "secrets", namespace: appNS},
 		{verb: "list", resource: "secrets"},
 		{verb: "watch", resource: "secrets"},
-		{verb: "get", resource: "secrets", namespace: namespace},
-		{verb: "get", resource: "configmaps", namespace: appNS},
+		{verb: "update", resource: "secrets", namespace: appNS, name: "db-credentials"},
+		// It grants only what it holds: neither escalate nor bind.
+		{verb: "escalate", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS},
+		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS},
+		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "admin"},
+		{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterroles"},
 		{verb: "get", resource: "pods", namespace: appNS},
 		{verb: "watch", resource: "pods"},
 		{verb: "update", resource: "pods", namespace: appNS},

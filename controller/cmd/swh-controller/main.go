@@ -1,6 +1,7 @@
 // Command swh-controller runs the ServiceWithHealthchecks controller: it
 // keeps the selector-less child Service of every resource, removes slices
-// nobody will update and writes the status. Run one active replica per
+// nobody will update, writes the status, and keeps the per-namespace grants
+// that confine the agents (package access). Run one active replica per
 // cluster (leader election picks it). The cluster comes from $KUBECONFIG,
 // or the in-cluster configuration.
 package main
@@ -13,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/swh-dev/swh/controller/access"
 	"github.com/swh-dev/swh/controller/app"
 )
 
@@ -26,10 +28,19 @@ func main() {
 	fs.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "resources reconciled in parallel")
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server")
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
+	agentSA := fs.String("agent-service-account", "", "<namespace>/<name> of the agents' ServiceAccount, granted get on exactly the Secrets the PostgreSQL probes name (authSecretName), namespace by namespace; empty grants none")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if *agentSA != "" {
+		sa, err := access.ParseServiceAccount(*agentSA)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "swh-controller: --agent-service-account:", err)
+			os.Exit(2)
+		}
+		opts.AgentServiceAccount = sa
+	}
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {

@@ -1,0 +1,86 @@
+package access
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+)
+
+// Reconciler keeps the ConfigMap swh-services and the Role and RoleBinding
+// swh-agent-secrets of one namespace (the request's; its name is unused).
+type Reconciler struct {
+	// Client reads from the manager's cache and writes to the API server.
+	Client client.Client
+	// APIReader reads from the API server: a write that conflicted, or an
+	// object the cache does not hold because someone removed its label.
+	APIReader client.Reader
+	// AgentServiceAccount is the subject of the Secret grants. Empty, the
+	// controller manages none (the agents then need get on the Secrets
+	// from elsewhere).
+	AgentServiceAccount types.NamespacedName
+	// Metrics counts writes; nil counts nothing.
+	Metrics *Metrics
+}
+
+// Reconcile computes both grants of a namespace from its resources. The two
+// are independent: one failing does not hold back the other.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ns := req.Namespace
+	list := &swhv1alpha1.ServiceWithHealthchecksList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the resources of namespace %s: %w", ns, err)
+	}
+	swhs := serving(list.Items)
+	err := r.syncServices(ctx, ns, swhs)
+	if r.AgentServiceAccount.Name != "" {
+		err = errors.Join(err, r.syncSecrets(ctx, ns, swhs))
+	}
+	return ctrl.Result{}, err
+}
+
+// syncServices registers the child Services the controller owns.
+func (r *Reconciler) syncServices(ctx context.Context, ns string, swhs []*swhv1alpha1.ServiceWithHealthchecks) error {
+	if len(swhs) == 0 {
+		return remove(ctx, r, configMapOps, ns, ServicesConfigMap)
+	}
+	registered := map[string]string{}
+	for _, swh := range swhs {
+		svc := &corev1.Service{}
+		err := r.Client.Get(ctx, client.ObjectKeyFromObject(swh), svc)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading Service %s/%s: %w", ns, swh.Name, err)
+		}
+		if controls(swh, svc) {
+			registered[swh.Name] = string(swh.UID)
+		}
+	}
+	return ensure(ctx, r, configMapOps, desiredConfigMap(ns, swhs, registered))
+}
+
+// syncSecrets grants the agents get on the Secrets the probes name, and
+// nothing when none does.
+func (r *Reconciler) syncSecrets(ctx context.Context, ns string, swhs []*swhv1alpha1.ServiceWithHealthchecks) error {
+	secrets, users := secretNames(swhs)
+	if len(secrets) == 0 {
+		// The binding first: a Role bound to no one grants nothing.
+		if err := remove(ctx, r, roleBindingOps, ns, SecretsGrant); err != nil {
+			return err
+		}
+		return remove(ctx, r, roleOps, ns, SecretsGrant)
+	}
+	if err := ensure(ctx, r, roleOps, desiredRole(ns, secrets, users)); err != nil {
+		return err
+	}
+	return ensure(ctx, r, roleBindingOps, desiredRoleBinding(ns, r.AgentServiceAccount, users))
+}
