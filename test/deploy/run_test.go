@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +37,7 @@ func startController(t *testing.T, cfg *rest.Config) {
 		MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry(), SkipNameValidation: true,
 		LeaderElection: true, LeaderElectionNamespace: namespace,
 		LeaseDuration: 4 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		AgentServiceAccount: types.NamespacedName{Namespace: namespace, Name: agentSA},
 	})
 	if err != nil {
 		t.Fatalf("creating the controller: %v", err)
@@ -190,6 +191,7 @@ func TestAgentAsServiceAccount(t *testing.T) {
 	const node, ip = "deploy-node", "10.244.201.1"
 
 	agentCfg := bearer(agentToken(ctx, t, node, "swh-agent-"))
+	agentUser, agentGroups := serviceAccountUser(agentSA)
 	agentForbidden := recordRefused(agentCfg)
 	srv, err := harness.StartTCPServer(ip + ":8080")
 	if err != nil {
@@ -204,15 +206,6 @@ func TestAgentAsServiceAccount(t *testing.T) {
 
 	ctrlCfg, ctrlForbidden := impersonating(controllerSA)
 	startController(t, ctrlCfg)
-	registry := prometheus.NewRegistry()
-	mgr, err := agentapp.NewManager(agentCfg, agentapp.Options{
-		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: registry,
-		Publisher: publisher.Options{SkipNameValidation: true},
-	})
-	if err != nil {
-		t.Fatalf("creating the agent: %v", err)
-	}
-	run(t, "agent", mgr.Start)
 
 	// A PostgreSQL probe reads its credentials Secret by name before it
 	// connects (nothing listens on db-0: the pod is published not ready).
@@ -228,16 +221,48 @@ func TestAgentAsServiceAccount(t *testing.T) {
 		Mode: swhv1alpha1.ProbeModePostgreSQL, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
 		PostgreSQL: &swhv1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(8080), AuthSecretName: creds.Name},
 	}}
-	// TODO(issue 15): the controller registers its child Services and
-	// grants the probes' Secrets; until it does, the test does it for it.
-	registered := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: servicesConfigMap},
-		Data: map[string]string{"web": "", "db": ""}}
-	role, binding := secretsRole(ns, creds.Name)
-	for _, o := range []client.Object{registered, role, binding, creds, resource(ns, "web"), db} {
+	for _, o := range []client.Object{creds, resource(ns, "web"), db} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// The agent starts once the controller registered both Services and
+	// granted the Secret: from then on, not one of its requests is refused.
+	// (Before, its writes would be, and retried: a race the e2e suite runs.)
+	harness.Eventually(t, time.Minute, "the controller registers the Services and grants the Secret", func() error {
+		registered := &corev1.ConfigMap{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: servicesConfigMap}, registered); err != nil {
+			return err
+		}
+		for _, svc := range []string{"web", "db"} {
+			if _, ok := registered.Data[svc]; !ok {
+				return fmt.Errorf("%s not in %s: %v", svc, servicesConfigMap, registered.Data)
+			}
+		}
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: agentUser, Groups: agentGroups,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Verb: "get", Resource: "secrets", Namespace: ns, Name: creds.Name,
+			},
+		}}
+		if err := c.Create(ctx, review); err != nil {
+			return err
+		}
+		if !review.Status.Allowed {
+			return fmt.Errorf("the agent may not get Secret %s yet", creds.Name)
+		}
+		return nil
+	})
+	registry := prometheus.NewRegistry()
+	mgr, err := agentapp.NewManager(agentCfg, agentapp.Options{
+		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: registry,
+		Publisher: publisher.Options{SkipNameValidation: true},
+	})
+	if err != nil {
+		t.Fatalf("creating the agent: %v", err)
+	}
+	run(t, "agent", mgr.Start)
+
 	for _, want := range []struct {
 		service, pod string
 		ready        bool
@@ -310,16 +335,4 @@ func resource(ns, name string) *swhv1alpha1.ServiceWithHealthchecks {
 			}}},
 		},
 	}
-}
-
-// secretsRole returns the Role and RoleBinding that let the agent get the
-// named Secrets of ns, and no other.
-func secretsRole(ns string, secrets ...string) (*rbacv1.Role, *rbacv1.RoleBinding) {
-	meta := metav1.ObjectMeta{Namespace: ns, Name: "swh-agent-secrets"}
-	return &rbacv1.Role{ObjectMeta: meta, Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: secrets,
-		}}}, &rbacv1.RoleBinding{ObjectMeta: meta,
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: meta.Name},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: agentSA}},
-		}
 }
