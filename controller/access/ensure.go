@@ -118,6 +118,16 @@ func ensure[T client.Object](ctx context.Context, r *Reconciler, ops kindOps[T],
 		changed, replace := ops.sync(have, want)
 		switch {
 		case replace:
+			if len(have.GetFinalizers()) > 0 {
+				// They would keep it after the deletion, and the create
+				// would never succeed.
+				have.SetFinalizers(nil)
+				err := r.Client.Update(ctx, have)
+				r.Metrics.write(ops.kind, err)
+				if err != nil {
+					return err
+				}
+			}
 			if err := r.delete(ctx, ops.kind, have, "replaced: a field an update cannot change differs"); err != nil {
 				return err
 			}

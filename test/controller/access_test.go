@@ -212,6 +212,12 @@ func TestServicesConfigMapRepaired(t *testing.T) {
 			cm.Immutable = new(true)
 			cm.Data["kube-dns"] = "x"
 		}},
+		// A finalizer would keep the old one after its deletion.
+		{name: "made immutable with a finalizer", edit: func(cm *corev1.ConfigMap) {
+			cm.Immutable = new(true)
+			cm.Finalizers = []string{"tenant.example/keep"}
+			cm.Data["kube-dns"] = "x"
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := client.ObjectKey{Namespace: ns, Name: access.ServicesConfigMap}
