@@ -25,6 +25,12 @@ import (
 // child Services of a namespace: the param of the services policy.
 const servicesConfigMap = "swh-services"
 
+// registryLabels are the labels of the controller's swh-services; the policy
+// trusts no other.
+func registryLabels() map[string]string {
+	return map[string]string{"app.kubernetes.io/managed-by": "swh-controller"}
+}
+
 // installAgentPolicies renders the chart's admission policies for the
 // release the plain manifests install (swh in swh-system), installs them
 // for real (idempotent) and waits until the API server enforces them.
@@ -106,12 +112,17 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 	if err := admin.Create(ctx, builtin); err != nil {
 		t.Fatalf("a slice of the built-in controller, in a namespace without %s: %v", servicesConfigMap, err)
 	}
-	registered := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: servicesConfigMap},
+	registered := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: servicesConfigMap, Labels: registryLabels()},
 		Data: map[string]string{"web": "", "api": ""}}
+	// A tenant's own registry, in a namespace the controller does not
+	// serve: it lacks the controller's label.
+	tenantNS := controlPlane.CleanNamespace(t)
+	forged := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: tenantNS, Name: servicesConfigMap},
+		Data: map[string]string{"plain": ""}}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-credentials"},
 		StringData: map[string]string{"password": "secret"}}
 	theirs := agentSlice(ns, "web-http-node-2", "web", "node-2", "node-2", "10.244.2.1")
-	for _, o := range []client.Object{registered, secret, theirs} {
+	for _, o := range []client.Object{registered, forged, secret, theirs} {
 		if err := admin.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
@@ -162,6 +173,21 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 			return agent.Create(ctx, agentSlice(ns, "plain-x", "plain", "node-1", "node-1", "10.244.1.9"))
 		},
 		want: "Service 'plain' (label kubernetes.io/service-name) is not a ServiceWithHealthchecks child registered in ConfigMap " + ns + "/swh-services",
+	}, {
+		name: "create a slice of a Service listed in a tenant's unlabelled swh-services",
+		write: func() error {
+			// Wait until the policy sees the ConfigMap (before, the
+			// answer is the 422 of a missing param).
+			var err error
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				err = agent.Create(ctx, agentSlice(tenantNS, "plain-x", "plain", "node-1", "node-1", "10.244.1.9"))
+				if statusCode(err) != http.StatusUnprocessableEntity {
+					break
+				}
+			}
+			return err
+		},
+		want: "ConfigMap " + tenantNS + "/swh-services is not labelled app.kubernetes.io/managed-by=swh-controller",
 	}, {
 		name: "create a slice of kube-dns in kube-system",
 		write: func() error {
@@ -290,7 +316,8 @@ func TestAgentPolicyLongNodeName(t *testing.T) {
 		longNode,
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: servicesConfigMap}, Data: map[string]string{"web": ""}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: servicesConfigMap, Labels: registryLabels()},
+			Data: map[string]string{"web": ""}},
 	} {
 		if err := controlPlane.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
