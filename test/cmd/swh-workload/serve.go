@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// config is what the flags set.
+type config struct {
+	pod           string
+	http, tcp     []string
+	failFile      string
+	failing       bool
+	shutdownDelay time.Duration
+	drainTimeout  time.Duration
+}
+
+// tcpIdle bounds how long a banner connection stays open for a client that
+// neither reads nor closes.
+const tcpIdle = 10 * time.Second
+
+// serve listens on every address, then serves until ctx ends (SIGTERM), keeps
+// serving for the shutdown delay (a terminating pod still answers), and
+// closes gracefully.
+func serve(ctx context.Context, cfg config, logw io.Writer) error {
+	var listeners []net.Listener
+	closeAll := func() {
+		for _, l := range listeners {
+			_ = l.Close()
+		}
+	}
+	listen := func(kind, addr string) (net.Listener, error) {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("%s %s: %w", kind, addr, err)
+		}
+		listeners = append(listeners, l)
+		// The actual address: tests listen on port 0 and read it here.
+		fmt.Fprintf(logw, "swh-workload: pod %s %s %s\n", cfg.pod, kind, l.Addr())
+		return l, nil
+	}
+
+	var servers []*http.Server
+	errs := make(chan error, len(cfg.http)+len(cfg.tcp))
+	for _, addr := range cfg.http {
+		l, err := listen("http", addr)
+		if err != nil {
+			return err
+		}
+		b := &backend{pod: cfg.pod, failFile: cfg.failFile, port: strconv.Itoa(l.Addr().(*net.TCPAddr).Port)}
+		b.failing.Store(cfg.failing)
+		srv := &http.Server{Handler: b, ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, srv)
+		go func() {
+			if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				errs <- err
+			}
+		}()
+	}
+	var banners sync.WaitGroup
+	var tcpListeners []net.Listener
+	for _, addr := range cfg.tcp {
+		l, err := listen("tcp", addr)
+		if err != nil {
+			for _, srv := range servers {
+				_ = srv.Close()
+			}
+			return err
+		}
+		tcpListeners = append(tcpListeners, l)
+		banners.Add(1)
+		go func() {
+			defer banners.Done()
+			acceptBanners(l, cfg.pod, &banners)
+		}()
+	}
+
+	select {
+	case err := <-errs:
+		closeAll()
+		return err
+	case <-ctx.Done():
+	}
+	fmt.Fprintf(logw, "swh-workload: pod %s terminating: serving %s more, then draining\n", cfg.pod, cfg.shutdownDelay)
+	time.Sleep(cfg.shutdownDelay)
+
+	drain, cancel := context.WithTimeout(context.Background(), cfg.drainTimeout)
+	defer cancel()
+	for _, l := range tcpListeners {
+		_ = l.Close()
+	}
+	var firstErr error
+	for _, srv := range servers {
+		if err := srv.Shutdown(drain); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("draining HTTP: %w", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { banners.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-drain.Done():
+		if firstErr == nil {
+			firstErr = errors.New("draining TCP: open connections outlived the drain timeout")
+		}
+	}
+	fmt.Fprintf(logw, "swh-workload: pod %s stopped\n", cfg.pod)
+	return firstErr
+}
+
+// acceptBanners greets every connection with "220 <pod>\n" and closes it
+// when the client does (or after tcpIdle).
+func acceptBanners(l net.Listener, pod string, conns *sync.WaitGroup) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(tcpIdle))
+			if _, err := io.WriteString(c, "220 "+pod+"\n"); err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+// backend is one HTTP port: GET anything answers the pod's name, /healthz
+// answers ok; both 503 while the port is failing. POST /fail and
+// POST /recover switch this port's own failing mode.
+type backend struct {
+	pod, failFile, port string
+	failing             atomic.Bool
+}
+
+func (b *backend) isFailing() bool {
+	if b.failing.Load() {
+		return true
+	}
+	for _, path := range []string{b.failFile, b.failFile + "." + b.port} {
+		if _, err := os.Stat(path); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/fail":
+		b.failing.Store(true)
+		fmt.Fprintf(w, "%s failing\n", b.pod)
+		return
+	case r.Method == http.MethodPost && r.URL.Path == "/recover":
+		b.failing.Store(false)
+		fmt.Fprintf(w, "%s recovered\n", b.pod)
+		return
+	}
+	failing := b.isFailing()
+	if failing {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	switch {
+	case r.URL.Path == "/healthz" && failing:
+		io.WriteString(w, "failing\n")
+	case r.URL.Path == "/healthz":
+		io.WriteString(w, "ok\n")
+	case failing:
+		fmt.Fprintf(w, "%s failing\n", b.pod)
+	default:
+		fmt.Fprintf(w, "%s\n", b.pod)
+	}
+}
