@@ -154,6 +154,13 @@ var mustNot = map[string][]access{
 		{verb: "list", resource: "secrets"},
 		{verb: "watch", resource: "secrets"},
 		{verb: "update", resource: "secrets", namespace: appNS, name: "db-credentials"},
+		// It rewrites only the ConfigMap and the Role and RoleBinding it
+		// manages, none of the cluster's others.
+		{verb: "update", resource: "configmaps", namespace: "kube-system", name: "coredns"},
+		{verb: "delete", resource: "configmaps", namespace: appNS, name: "app-config"},
+		{verb: "get", resource: "configmaps", namespace: appNS, name: "app-config"},
+		{verb: "update", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS, name: "admin"},
+		{verb: "delete", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: appNS, name: "admins"},
 		// It grants only what it holds: neither escalate nor bind.
 		{verb: "escalate", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS},
 		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS},
@@ -290,12 +297,22 @@ func TestRolesGrantOnlyWhatIsNeeded(t *testing.T) {
 	objs := manifests(t)
 	for _, sa := range []string{controllerSA, agentSA} {
 		used := map[string]bool{}
+		// names holds, per verb and resource, the names of the needs that
+		// name one: a rule confined to names may grant only those.
+		names := map[string]map[string]bool{}
 		for _, a := range needs[sa] {
 			res := a.resource
 			if a.subresource != "" {
 				res += "/" + a.subresource
 			}
-			used[a.verb+" "+res+"."+a.group] = true
+			key := a.verb + " " + res + "." + a.group
+			used[key] = true
+			if a.name != "" {
+				if names[key] == nil {
+					names[key] = map[string]bool{}
+				}
+				names[key][a.name] = true
+			}
 		}
 		granted := 0
 		for _, binding := range ofKind(objs, "ClusterRoleBinding", "RoleBinding") {
@@ -309,16 +326,23 @@ func TestRolesGrantOnlyWhatIsNeeded(t *testing.T) {
 			for _, raw := range rules {
 				rule := rbacv1.PolicyRule{}
 				fromUnstructured(t, raw.(map[string]any), &rule)
-				if len(rule.ResourceNames) > 0 || len(rule.NonResourceURLs) > 0 {
+				if len(rule.NonResourceURLs) > 0 {
 					t.Errorf("%s %s: unexpected rule %v", rb.RoleRef.Kind, rb.RoleRef.Name, rule)
 				}
 				for _, g := range rule.APIGroups {
 					for _, r := range rule.Resources {
 						for _, v := range rule.Verbs {
 							granted++
-							if !used[v+" "+r+"."+g] {
+							key := v + " " + r + "." + g
+							if !used[key] {
 								t.Errorf("%s grants %s %s.%s to %s, which its binary does not use (or the needs table lacks it)",
 									rb.RoleRef.Name, v, r, g, sa)
+							}
+							for _, n := range rule.ResourceNames {
+								if !names[key][n] {
+									t.Errorf("%s grants %s %s.%s named %q to %s, a name the needs table does not use",
+										rb.RoleRef.Name, v, r, g, n, sa)
+								}
 							}
 						}
 					}
