@@ -61,11 +61,13 @@ build: ## Build the binaries into bin/.
 	  if [ -d $$m/cmd ]; then (cd $$m && go build -o $(BIN)/ ./cmd/...); fi; \
 	done
 
+# Without a Docker engine or a registry: OCI image tarballs under _out/images
+# (test/images), reproducible; the Dockerfile stays for those with Docker.
 .PHONY: images
-images: ## Print the docker build commands of both images (no Docker engine runs here; make verify checks the static build).
-	@for c in controller agent; do \
-	  echo "docker build --build-arg COMPONENT=$$c -t $(IMAGE_REPO)/swh-$$c:$(VERSION) ."; \
-	done
+images: ## Build the controller, agent, test workload and pause images as OCI tarballs in _out/images; print their digests.
+	@mkdir -p $(BIN)
+	@cd test && go build -o $(BIN)/swh-images ./cmd/swh-images
+	@$(BIN)/swh-images -out _out/images -repo $(IMAGE_REPO) -version $(VERSION)
 
 ##@ Running
 
