@@ -28,6 +28,7 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null || missing+=(util-linux)
 command -v nft >/dev/null || missing+=(nftables)
 command -v iptables >/dev/null || missing+=(iptables)
+command -v conntrack >/dev/null || missing+=(conntrack) # e2e: evidence when requests fail
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]} from Debian's packages"

@@ -57,6 +57,8 @@ type Cluster struct {
 	namespaces []*NetNS
 	podsByIP   map[string]string
 	stopped    bool
+	// ids are the ServiceAccounts the controller and agents run as.
+	ids identities
 }
 
 // Node is a node namespace with its kube-proxy and agent.
@@ -307,9 +309,18 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	admin := []string{"KUBECONFIG=" + cp.Kubeconfig}
-	if _, err := c.start(nil, "swh-controller", admin, filepath.Join(bin, "swh-controller"),
-		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0"); err != nil {
+	// The binaries run as the chart's ServiceAccounts, under its RBAC and
+	// admission policies, as they would in a cluster.
+	if c.ids, err = installAccess(ctx, cp.Client); err != nil {
+		return c, err
+	}
+	controllerKubeconfig, err := c.controllerKubeconfig(ctx)
+	if err != nil {
+		return c, err
+	}
+	if _, err := c.start(nil, "swh-controller", []string{"KUBECONFIG=" + controllerKubeconfig}, filepath.Join(bin, "swh-controller"),
+		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		"--agent-service-account="+c.ids.namespace+"/"+c.ids.agent); err != nil {
 		return c, err
 	}
 	// The nodes and their heartbeats first: the node lifecycle controller
@@ -408,7 +419,11 @@ func (n *Node) Plug() error {
 // (its caches synced).
 func (n *Node) StartAgent(ctx context.Context) error {
 	n.agentRuns++
-	p, err := n.c.start(n.NS, fmt.Sprintf("%s-swh-agent-%d", n.Name, n.agentRuns), []string{"KUBECONFIG=" + n.c.CP.Kubeconfig},
+	kubeconfig, err := n.agentKubeconfig(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := n.c.start(n.NS, fmt.Sprintf("%s-swh-agent-%d", n.Name, n.agentRuns), []string{"KUBECONFIG=" + kubeconfig},
 		filepath.Join(n.c.bin, "swh-agent"), "--node-name="+n.Name, "--metrics-bind-address=0",
 		"--health-probe-bind-address="+n.IP+":9081")
 	if err != nil {

@@ -226,7 +226,7 @@ func (f *fixture) await(since time.Time, e Expect) result {
 	row := Row{Scenario: f.scenario, Step: e.Step, Converge: converged, During: during}
 	row.Measured = Send(f.ctx, e.Req, e.N)
 	if !e.holds(row.Measured) {
-		return result{row: row, err: fmt.Errorf("%s: want every request to %s, got %s", e.Step, e.describe(), row.Measured)}
+		return result{row: row, err: fmt.Errorf("%s: want every request to %s, got %s\n%s", e.Step, e.describe(), row.Measured, cluster.Diagnose())}
 	}
 	return result{row: row}
 }

@@ -65,6 +65,15 @@ func run(m *testing.M) int {
 		fmt.Printf("e2e cluster (kube-proxy %s) up in %s\n", *proxyMode, time.Since(start).Round(100*time.Millisecond))
 		code = m.Run()
 		fmt.Print(report.Table(*proxyMode))
+		window, others := c.Refusals()
+		fmt.Printf("writes the API server refused: %d in the registration window, %d others\n", window, len(others))
+		for _, line := range others[:min(len(others), 10)] {
+			fmt.Println("  " + line)
+		}
+		if len(others) > 0 {
+			fmt.Println("the controller or an agent was refused something it needs (RBAC or admission policy)")
+			code = 1
+		}
 	}
 	if c == nil {
 		return code

@@ -126,6 +126,17 @@ func (ns *NetNS) Run(name string, args ...string) error {
 	return nil
 }
 
+// Output runs a command inside the namespace and returns what it printed.
+func (ns *NetNS) Output(name string, args ...string) (string, error) {
+	var out []byte
+	err := ns.Do(func() error {
+		var err error
+		out, err = exec.Command(name, args...).CombinedOutput()
+		return err
+	})
+	return strings.TrimSpace(string(out)), err
+}
+
 // IP runs `ip` commands, one per argument, as a batch inside the namespace.
 func (ns *NetNS) IP(commands ...string) error {
 	var out []byte
