@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -285,6 +286,18 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 			return c, err
 		}
 	}
+	// E2E_PCAP=DIR captures TCP and ARP in every node and client
+	// namespace (tcpdump), to tell where a lost SYN went.
+	if dir := os.Getenv("E2E_PCAP"); dir != "" {
+		for _, n := range c.Nodes {
+			for _, ns := range []*NetNS{n.NS, n.Client.NS} {
+				if _, err := c.start(ns, "tcpdump-"+ns.Name, nil, "tcpdump", "-i", "any", "-n", "-s", "128", "-U",
+					"-w", filepath.Join(dir, ns.Name+".pcap"), "tcp or arp"); err != nil {
+					return c, err
+				}
+			}
+		}
+	}
 	if c.External, err = c.newNS("client"); err != nil {
 		return c, err
 	}
@@ -368,7 +381,7 @@ func (n *Node) StartProxy() error {
 	if n.proxyRuns > 1 {
 		name = fmt.Sprintf("%s-%d", name, n.proxyRuns)
 	}
-	p, err := n.c.start(n.NS, name, n.proxyEnv, filepath.Join(n.c.bin, "kube-proxy"), "--config="+n.proxyConfig, "--v=2")
+	p, err := n.c.start(n.NS, name, n.proxyEnv, filepath.Join(n.c.bin, "kube-proxy"), "--config="+n.proxyConfig, "--v="+cmp.Or(os.Getenv("E2E_PROXY_V"), "2"))
 	if err != nil {
 		return err
 	}

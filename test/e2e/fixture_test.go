@@ -132,7 +132,18 @@ func (f *fixture) swh(name, app string, mutate func(*swhv1alpha1.ServiceWithHeal
 	if err := f.c().Create(f.ctx, r); err != nil {
 		f.t.Fatalf("creating %s: %v", name, err)
 	}
-	return f.service(name, func(s *corev1.Service) bool { return s.Spec.ClusterIP != "" && s.Spec.Selector == nil })
+	svc := f.service(name, func(s *corev1.Service) bool { return s.Spec.ClusterIP != "" && s.Spec.Selector == nil })
+	f.programmed(svc)
+	return svc
+}
+
+// programmed waits until every node's kube-proxy has rules for svc's
+// cluster IP, so no request reaches it untranslated (see WaitProgrammed).
+func (f *fixture) programmed(svc *corev1.Service) {
+	f.t.Helper()
+	if err := cluster.WaitProgrammed(f.ctx, svc.Spec.ClusterIP); err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 // service waits until the Service exists and ok holds for it.
@@ -165,10 +176,6 @@ type Expect struct {
 	Want []string
 }
 
-// settle is how long batches must keep meeting an Expect before it is
-// measured.
-const settle = time.Second
-
 func (e Expect) holds(t Tally) bool {
 	if len(e.Want) == 0 {
 		return t.Total > 0 && t.Failed == t.Total
@@ -191,14 +198,9 @@ type result struct {
 
 // await sends batches of requests until one meets e, then measures e.N more
 // that must meet it too. The row holds the time since the change (when the
-// first batch met e) and the requests sent while converging. Batches must
-// keep meeting e for settle (two batches at least) before the measurement
-// starts: one clean batch did not prove the data path settled. In iptables
-// mode a dial to a brand-new Service timed out (three SYNs lost) among the
-// measured requests within half a second of two clean batches, twice over
-// many runs; the cause is not established (the SYNs sent before kube-proxy
-// has a new Service's rules pin un-NATed conntrack entries, see
-// kubernetes/kubernetes#48719, but a later dial uses another source port).
+// first batch met e) and the requests sent while converging. Two batches in
+// a row must meet e before the measurement starts: one clean batch does not
+// prove the data path settled.
 func (f *fixture) await(since time.Time, e Expect) result {
 	var during Tally
 	deadline := time.Now().Add(convergeTimeout)
@@ -207,12 +209,11 @@ func (f *fixture) await(since time.Time, e Expect) result {
 		batch = 4 // requests to nothing time out
 	}
 	var converged time.Duration
-	var heldSince time.Time
-	for held := 0; held < 2 || time.Since(heldSince) < settle; {
+	for held := 0; held < 2; {
 		b := Send(f.ctx, e.Req, batch)
 		if e.holds(b) {
 			if held++; held == 1 {
-				converged, heldSince = time.Since(since), time.Now()
+				converged = time.Since(since)
 			}
 			continue
 		}

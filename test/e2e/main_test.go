@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
@@ -80,6 +81,13 @@ func run(m *testing.M) int {
 	}
 	if code != 0 {
 		c.PrintLogs()
+		// E2E_KEEP_LOGS=DIR keeps every component's whole log of a failed
+		// run (the folder itself is removed below).
+		if keep := os.Getenv("E2E_KEEP_LOGS"); keep != "" {
+			if out, err := exec.Command("cp", "-a", c.dir, keep).CombinedOutput(); err != nil {
+				fmt.Printf("keeping the logs in %s: %v: %s\n", keep, err, out)
+			}
+		}
 	}
 	if err := c.Stop(); err != nil {
 		fmt.Printf("stopping the e2e cluster: %v\n", err)

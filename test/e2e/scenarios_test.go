@@ -285,6 +285,7 @@ func TestMigration(t *testing.T) {
 	f.waitSlices("the built-in controller publishes", "shop", start, func(s []discoveryv1.EndpointSlice) bool {
 		return len(s) > 0 && s[0].Labels[discoveryv1.LabelManagedBy] == builtin && len(s[0].Endpoints) == 2
 	})
+	f.programmed(plain)
 	req := HTTPGet(n[2].Client.NS, webURL(plain))
 	f.converge(start, ex("plain Service, built-in slices", req, 100, "shop-a", "shop-b"))
 
