@@ -29,6 +29,7 @@ command -v unshare >/dev/null || missing+=(util-linux)
 command -v nft >/dev/null || missing+=(nftables)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v conntrack >/dev/null || missing+=(conntrack) # e2e: evidence when requests fail
+command -v containerd >/dev/null || missing+=(containerd) # test/images: importing the images
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]} from Debian's packages"
