@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -92,7 +93,7 @@ func (m *Metrics) sliceWrite(op string, err error) {
 		outcome = "conflict"
 	case apierrors.IsAlreadyExists(err):
 		outcome = "exists"
-	case apierrors.IsForbidden(err):
+	case refused(err):
 		outcome = "forbidden"
 	default:
 		outcome = "error"
@@ -116,4 +117,11 @@ func (m *Metrics) secretRead(outcome string) {
 	if m != nil {
 		m.secretReads.WithLabelValues(outcome).Inc()
 	}
+}
+
+// refused reports whether RBAC or an admission policy refused a write. A
+// ValidatingAdmissionPolicy whose parameters are missing (the namespace's
+// swh-services not written yet) answers 422 rather than 403.
+func refused(err error) bool {
+	return apierrors.IsForbidden(err) || (apierrors.IsInvalid(err) && strings.Contains(err.Error(), "denied request"))
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // TestSliceWriteOutcomes checks how a write's error is counted: a refusal
@@ -23,6 +24,9 @@ func TestSliceWriteOutcomes(t *testing.T) {
 		{apierrors.NewConflict(slices, "s", errors.New("changed")), "conflict"},
 		{apierrors.NewAlreadyExists(slices, "s"), "exists"},
 		{apierrors.NewForbidden(slices, "s", errors.New("denied by a ValidatingAdmissionPolicy")), "forbidden"},
+		{apierrors.NewInvalid(schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}, "s", field.ErrorList{field.Invalid(nil, nil,
+			"ValidatingAdmissionPolicy 'swh-agent-endpointslice-services' with binding 'swh-agent-endpointslice-services' denied request: failed to configure binding: no params found")}), "forbidden"},
+		{apierrors.NewInvalid(schema.GroupKind{Group: "discovery.k8s.io", Kind: "EndpointSlice"}, "s", field.ErrorList{field.Required(field.NewPath("addressType"), "")}), "error"},
 		{apierrors.NewInternalError(errors.New("etcd")), "error"},
 	} {
 		m, err := NewMetrics(prometheus.NewRegistry())
