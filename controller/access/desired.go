@@ -119,7 +119,7 @@ func objectMeta(ns, name string, owners []*swhv1alpha1.ServiceWithHealthchecks) 
 	}
 }
 
-// desiredConfigMap lists the registered Services (name → resource UID).
+// desiredConfigMap lists the registered Services (name → Service UID).
 func desiredConfigMap(ns string, swhs []*swhv1alpha1.ServiceWithHealthchecks, registered map[string]string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{ObjectMeta: objectMeta(ns, ServicesConfigMap, swhs), Data: registered}
 }

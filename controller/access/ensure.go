@@ -118,16 +118,8 @@ func ensure[T client.Object](ctx context.Context, r *Reconciler, ops kindOps[T],
 		changed, replace := ops.sync(have, want)
 		switch {
 		case replace:
-			if len(have.GetFinalizers()) > 0 {
-				// They would keep it after the deletion, and the create
-				// would never succeed.
-				have.SetFinalizers(nil)
-				err := r.Client.Update(ctx, have)
-				r.Metrics.write(ops.kind, err)
-				if err != nil {
-					return err
-				}
-			}
+			// A finalizer would keep the old one after the deletion, and
+			// the create would never succeed.
 			if err := r.delete(ctx, ops.kind, have, "replaced: a field an update cannot change differs"); err != nil {
 				return err
 			}
@@ -158,20 +150,47 @@ func (r *Reconciler) create(ctx context.Context, kind string, want client.Object
 	return err
 }
 
-// remove deletes the managed object named like obj, if the cache has one.
+// remove deletes the managed object of that name, if the cache has one. The
+// first read is the cache's; a retry (a conflict clearing finalizers) reads
+// the API server.
 func remove[T client.Object](ctx context.Context, r *Reconciler, ops kindOps[T], ns, name string) error {
-	have := ops.empty()
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, have); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if err := r.delete(ctx, ops.kind, have, "no resource needs it"); err != nil {
+	var reader client.Reader = r.Client
+	err := retry.OnError(retry.DefaultRetry, apierrors.IsConflict, func() error {
+		have := ops.empty()
+		err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, have)
+		reader = r.APIReader
+		if err != nil || have.GetLabels()[LabelManagedBy] != ManagedBy {
+			return client.IgnoreNotFound(err) // gone, or no longer ours
+		}
+		return r.delete(ctx, ops.kind, have, "no resource needs it")
+	})
+	if err != nil {
 		return fmt.Errorf("deleting %s %s/%s: %w", ops.kind, ns, name, err)
 	}
 	return nil
 }
 
-// delete deletes exactly have (its UID), absent already being fine.
+// delete deletes exactly have (its UID), absent already being fine. It
+// clears have's finalizers first: someone else's would keep the object, and
+// what it grants, Terminating but in force (RBAC honours a Terminating
+// binding, the admission policy reads a Terminating ConfigMap).
 func (r *Reconciler) delete(ctx context.Context, kind string, have client.Object, why string) error {
+	if len(have.GetFinalizers()) > 0 {
+		have.SetFinalizers(nil)
+		err := r.Client.Update(ctx, have)
+		if apierrors.IsNotFound(err) {
+			return nil // the cache was behind
+		}
+		r.Metrics.write(kind, err)
+		if err != nil {
+			return err
+		}
+		if !have.GetDeletionTimestamp().IsZero() {
+			// Terminating already: the update without finalizers deleted it.
+			log.FromContext(ctx).Info("deleted "+kind, "object", have.GetName(), "reason", why)
+			return nil
+		}
+	}
 	uid := have.GetUID()
 	err := r.Client.Delete(ctx, have, client.Preconditions{UID: &uid})
 	if apierrors.IsNotFound(err) {

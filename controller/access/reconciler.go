@@ -46,7 +46,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, err
 }
 
-// syncServices registers the child Services the controller owns.
+// syncServices registers the child Services the controller owns, each with
+// its own UID: the admission policy wants an agent's slice to be owned by
+// that very Service, so a slice cannot outlive its Service and be counted
+// for a later Service of the same name.
 func (r *Reconciler) syncServices(ctx context.Context, ns string, swhs []*swhv1alpha1.ServiceWithHealthchecks) error {
 	if len(swhs) == 0 {
 		return remove(ctx, r, configMapOps, ns, ServicesConfigMap)
@@ -62,7 +65,7 @@ func (r *Reconciler) syncServices(ctx context.Context, ns string, swhs []*swhv1a
 			return fmt.Errorf("reading Service %s/%s: %w", ns, swh.Name, err)
 		}
 		if controls(swh, svc) {
-			registered[swh.Name] = string(swh.UID)
+			registered[swh.Name] = string(svc.UID)
 		}
 	}
 	return ensure(ctx, r, configMapOps, desiredConfigMap(ns, swhs, registered))

@@ -32,15 +32,23 @@ import (
 var agentSA = types.NamespacedName{Namespace: "swh-system", Name: "swh-agent"}
 
 // registration is what the ConfigMap swh-services should hold: its keys
-// (Service → resource UID) and the resources owning it.
+// (Service → Service UID) and the resources owning it.
 type registration struct {
 	data   map[string]string
 	owners []string
 }
 
-func uidOf(t *testing.T, ctx context.Context, ns, name string) string {
+// serviceUID waits for the Service and returns its UID, what the registry
+// lists it with.
+func serviceUID(t *testing.T, ctx context.Context, ns, name string) string {
 	t.Helper()
-	return string(getResource(t, ctx, ns, name).UID)
+	var uid string
+	harness.Eventually(t, 20*time.Second, "Service "+name, func() error {
+		svc, err := getService(ctx, ns, name)
+		uid = string(svc.UID)
+		return err
+	})
+	return uid
 }
 
 // checkManaged returns why obj is not labelled and owned as the controller
@@ -101,10 +109,11 @@ func deleteResource(t *testing.T, ctx context.Context, ns, name string) {
 	}
 }
 
-// TestServicesRegistered: a child Service is listed once the controller
-// owns it (created, or adopted), each resource adds its key and owner
-// reference, a deleted one takes them away, and the last one the ConfigMap
-// (no garbage collector runs here: the controller does it).
+// TestServicesRegistered: a child Service is listed, with its own UID, once
+// the controller owns it (created, or adopted) and with its new UID once
+// re-created, each resource adds its key and owner reference, a deleted one
+// takes them away, and the last one the ConfigMap (no garbage collector runs
+// here: the controller does it).
 func TestServicesRegistered(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
@@ -114,7 +123,7 @@ func TestServicesRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSynced(t, ctx, ns, "web")
-	web := uidOf(t, ctx, ns, "web")
+	web := serviceUID(t, ctx, ns, "web")
 	waitRegistered(t, ctx, ns, registration{data: map[string]string{"web": web}, owners: []string{"web"}})
 
 	// A Service of that name the controller does not own (no adopt
@@ -125,7 +134,7 @@ func TestServicesRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForbiddenOrConflict(t, ctx, ns, "legacy")
-	legacy := uidOf(t, ctx, ns, "legacy")
+	legacy := serviceUID(t, ctx, ns, "legacy")
 	waitRegistered(t, ctx, ns, registration{data: map[string]string{"web": web}, owners: []string{"legacy", "web"}})
 
 	// Adopted: registered.
@@ -138,7 +147,30 @@ func TestServicesRegistered(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSynced(t, ctx, ns, "api")
-	api := uidOf(t, ctx, ns, "api")
+	api := serviceUID(t, ctx, ns, "api")
+	waitRegistered(t, ctx, ns, registration{data: map[string]string{"web": web, "legacy": legacy, "api": api}, owners: []string{"api", "legacy", "web"}})
+
+	// A child Service deleted and re-created under the same name (a new
+	// UID): the registry follows, so a slice owned by the old one no longer
+	// counts.
+	old, err := getService(ctx, ns, "api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := controlPlane.Client.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 20*time.Second, "Service api re-created", func() error {
+		svc, err := getService(ctx, ns, "api")
+		if err != nil {
+			return err
+		}
+		if svc.UID == old.UID {
+			return fmt.Errorf("still the old one")
+		}
+		api = string(svc.UID)
+		return nil
+	})
 	waitRegistered(t, ctx, ns, registration{data: map[string]string{"web": web, "legacy": legacy, "api": api}, owners: []string{"api", "legacy", "web"}})
 
 	// Deleted (its Service stays: no garbage collector here): unregistered.
@@ -189,7 +221,7 @@ func TestServicesConfigMapRepaired(t *testing.T) {
 	if err := controlPlane.Client.Create(ctx, newResource(ns, "web")); err != nil {
 		t.Fatal(err)
 	}
-	want := registration{data: map[string]string{"web": uidOf(t, ctx, ns, "web")}, owners: []string{"web"}}
+	want := registration{data: map[string]string{"web": serviceUID(t, ctx, ns, "web")}, owners: []string{"web"}}
 	waitRegistered(t, ctx, ns, want)
 
 	for _, tc := range []struct {
@@ -237,6 +269,83 @@ func TestServicesConfigMapRepaired(t *testing.T) {
 			}
 			waitRegistered(t, ctx, ns, want)
 		})
+	}
+}
+
+// withFinalizer adds a tenant's finalizer to obj, and takes it off when the
+// test ends (should the controller have left it).
+func withFinalizer(t *testing.T, ctx context.Context, obj client.Object) {
+	t.Helper()
+	const finalizer = "tenant.example/keep"
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := controlPlane.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		obj.SetFinalizers(append(obj.GetFinalizers(), finalizer))
+		return controlPlane.Client.Update(ctx, obj)
+	})
+	if err != nil {
+		t.Fatalf("adding a finalizer to %T %s: %v", obj, obj.GetName(), err)
+	}
+	left := obj.DeepCopyObject().(client.Object)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := controlPlane.Client.Get(ctx, client.ObjectKeyFromObject(left), left); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			left.SetFinalizers(nil)
+			return controlPlane.Client.Update(ctx, left)
+		})
+	})
+}
+
+// TestTenantRegistryRemoved: a labelled swh-services a tenant creates in a
+// namespace without resources, with a finalizer, is deleted outright: a
+// Terminating ConfigMap would still be the admission policy's params.
+func TestTenantRegistryRemoved(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	startController(t, app.Options{})
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: access.ServicesConfigMap,
+			Labels: map[string]string{access.LabelManagedBy: access.ManagedBy}},
+		Data: map[string]string{"kube-dns": "x"},
+	}
+	if err := controlPlane.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	withFinalizer(t, ctx, cm)
+	waitGone(t, ctx, cm)
+}
+
+// TestSecretGrantsFinalizerCleared: a Role and RoleBinding given a finalizer
+// go when the last Secret reference does, instead of staying Terminating
+// (RBAC honours a Terminating binding). The controller is stopped while the
+// finalizers are added, since it would otherwise clear them at once.
+func TestSecretGrantsFinalizerCleared(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t)
+	c := startController(t, app.Options{AgentServiceAccount: agentSA})
+	if err := controlPlane.Client.Create(ctx, postgresResource(ns, "db", "db-a")); err != nil {
+		t.Fatal(err)
+	}
+	waitGranted(t, ctx, ns, []string{"db-a"}, []string{"db"})
+	c.Stop()
+
+	grant := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: access.SecretsGrant}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: access.SecretsGrant}}
+	withFinalizer(t, ctx, grant)
+	withFinalizer(t, ctx, binding)
+	updateResource(t, ctx, ns, "db", func(swh *swhv1alpha1.ServiceWithHealthchecks) {
+		swh.Spec.Healthcheck.Probes = swh.Spec.Healthcheck.Probes[:1]
+	})
+
+	startController(t, app.Options{AgentServiceAccount: agentSA})
+	waitGone(t, ctx, binding)
+	waitGone(t, ctx, grant)
+	if agentMayGet(t, ctx, ns, "db-a") {
+		t.Error("agents may still get db-a")
 	}
 }
 
@@ -371,7 +480,7 @@ func TestSecretGrants(t *testing.T) {
 	if err := controlPlane.Client.Create(ctx, newResource(ns, "web")); err != nil {
 		t.Fatal(err)
 	}
-	waitRegistered(t, ctx, ns, registration{data: map[string]string{"web": uidOf(t, ctx, ns, "web")}, owners: []string{"web"}})
+	waitRegistered(t, ctx, ns, registration{data: map[string]string{"web": serviceUID(t, ctx, ns, "web")}, owners: []string{"web"}})
 	for _, obj := range []client.Object{grant, binding} {
 		if err := controlPlane.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
 			t.Fatalf("%T: %v, want none", obj, err)
