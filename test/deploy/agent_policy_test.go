@@ -14,6 +14,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,15 +63,17 @@ func installAgentPolicies(t *testing.T) {
 	})
 }
 
-// agentSlice returns an EndpointSlice of service as the agent of node
-// writes it, with one endpoint per address on endpointNode.
-func agentSlice(ns, name, service, node, endpointNode string, addresses ...string) *discoveryv1.EndpointSlice {
+// agentSlice returns an EndpointSlice of svc as the agent of node writes
+// it (owned by svc), with one endpoint per address on endpointNode.
+func agentSlice(svc *corev1.Service, name, node, endpointNode string, addresses ...string) *discoveryv1.EndpointSlice {
 	s := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
-			discoveryv1.LabelServiceName: service,
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: name, Labels: map[string]string{
+			discoveryv1.LabelServiceName: svc.Name,
 			discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
 			endpoints.DefaultNodeLabel:   endpoints.NodeLabelValue(node),
-		}},
+		}, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Service", Name: svc.Name, UID: svc.UID, Controller: new(true),
+		}}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports:       []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(8080))}},
 	}
@@ -79,6 +82,11 @@ func agentSlice(ns, name, service, node, endpointNode string, addresses ...strin
 			Conditions: discoveryv1.EndpointConditions{Ready: new(true)}})
 	}
 	return s
+}
+
+// service names a Service that may not exist, for slices claiming it.
+func service(ns, name string) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + name)}}
 }
 
 // TestAgentPolicyConfinesToItsNode acts with the token of an agent pod on
@@ -94,13 +102,16 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 
 	// Two child Services the controller registered, a plain one it did not,
 	// and node-2's slice of one of them.
+	svcs := map[string]*corev1.Service{}
 	for _, name := range []string{"web", "api", "plain"} {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
 		if err := admin.Create(ctx, svc); err != nil {
 			t.Fatal(err)
 		}
+		svcs[name] = svc
 	}
+	web := svcs["web"]
 	// Other writers are not the policies' business, even where no Service
 	// is registered: the built-in controller's slice of a plain Service.
 	builtin := &discoveryv1.EndpointSlice{
@@ -113,7 +124,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		t.Fatalf("a slice of the built-in controller, in a namespace without %s: %v", servicesConfigMap, err)
 	}
 	registered := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: servicesConfigMap, Labels: registryLabels()},
-		Data: map[string]string{"web": "", "api": ""}}
+		Data: map[string]string{"web": string(web.UID), "api": string(svcs["api"].UID)}}
 	// A tenant's own registry, in a namespace the controller does not
 	// serve: it lacks the controller's label.
 	tenantNS := controlPlane.CleanNamespace(t)
@@ -121,7 +132,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		Data: map[string]string{"plain": ""}}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db-credentials"},
 		StringData: map[string]string{"password": "secret"}}
-	theirs := agentSlice(ns, "web-http-node-2", "web", "node-2", "node-2", "10.244.2.1")
+	theirs := agentSlice(web, "web-http-node-2", "node-2", "node-2", "10.244.2.1")
 	for _, o := range []client.Object{registered, forged, secret, theirs} {
 		if err := admin.Create(ctx, o); err != nil {
 			t.Fatal(err)
@@ -140,7 +151,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 
 	// The agent's own writes pass: create, update, delete its node's slice.
 	// The services policy reads the ConfigMap through an informer: wait.
-	mine := agentSlice(ns, "web-http-node-1", "web", "node-1", "node-1", "10.244.1.1")
+	mine := agentSlice(web, "web-http-node-1", "node-1", "node-1", "10.244.1.1")
 	harness.Eventually(t, 30*time.Second, "node-1's agent creates its slice of web", func() error {
 		return agent.Create(ctx, mine.DeepCopy())
 	})
@@ -159,18 +170,18 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		code  int32  // the refusal's HTTP status; 403 when 0
 	}{{
 		name:  "create a slice labelled for node-2",
-		write: func() error { return agent.Create(ctx, agentSlice(ns, "web-http-x", "web", "node-2", "node-1")) },
+		write: func() error { return agent.Create(ctx, agentSlice(web, "web-http-x", "node-2", "node-1")) },
 		want:  "label network.swh.dev/node is 'node-2', not 'node-1': the agent of node node-1 writes only its own node's slices",
 	}, {
 		name: "create a slice of node-1 with an endpoint on node-2",
 		write: func() error {
-			return agent.Create(ctx, agentSlice(ns, "web-http-x", "web", "node-1", "node-2", "10.244.2.9"))
+			return agent.Create(ctx, agentSlice(web, "web-http-x", "node-1", "node-2", "10.244.2.9"))
 		},
 		want: "endpoint 10.244.2.9 has nodeName 'node-2': the agent of node node-1 publishes only endpoints on node node-1",
 	}, {
 		name: "create a slice of a plain Service",
 		write: func() error {
-			return agent.Create(ctx, agentSlice(ns, "plain-x", "plain", "node-1", "node-1", "10.244.1.9"))
+			return agent.Create(ctx, agentSlice(svcs["plain"], "plain-x", "node-1", "node-1", "10.244.1.9"))
 		},
 		want: "Service 'plain' (label kubernetes.io/service-name) is not a ServiceWithHealthchecks child registered in ConfigMap " + ns + "/swh-services",
 	}, {
@@ -180,7 +191,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 			// answer is the 422 of a missing param).
 			var err error
 			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-				err = agent.Create(ctx, agentSlice(tenantNS, "plain-x", "plain", "node-1", "node-1", "10.244.1.9"))
+				err = agent.Create(ctx, agentSlice(service(tenantNS, "plain"), "plain-x", "node-1", "node-1", "10.244.1.9"))
 				if statusCode(err) != http.StatusUnprocessableEntity {
 					break
 				}
@@ -191,14 +202,14 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 	}, {
 		name: "create a slice of kube-dns in kube-system",
 		write: func() error {
-			return agent.Create(ctx, agentSlice(metav1.NamespaceSystem, "kube-dns-x", "kube-dns", "node-1", "node-1", "10.244.1.9"))
+			return agent.Create(ctx, agentSlice(service(metav1.NamespaceSystem, "kube-dns"), "kube-dns-x", "node-1", "node-1", "10.244.1.9"))
 		},
 		want: "no params found for policy binding with `Deny` parameterNotFoundAction",
 		code: http.StatusUnprocessableEntity, // the API server's answer for a missing param
 	}, {
 		name: "create a slice without the managed-by label",
 		write: func() error {
-			s := agentSlice(ns, "web-http-x", "web", "node-1", "node-1", "10.244.1.9")
+			s := agentSlice(web, "web-http-x", "node-1", "node-1", "10.244.1.9")
 			delete(s.Labels, discoveryv1.LabelManagedBy)
 			return agent.Create(ctx, s)
 		},
@@ -206,11 +217,55 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 	}, {
 		name: "create a slice posing as the built-in controller's",
 		write: func() error {
-			s := agentSlice(ns, "web-x", "web", "node-1", "node-1", "10.244.1.9")
+			s := agentSlice(web, "web-x", "node-1", "node-1", "10.244.1.9")
 			s.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
 			return agent.Create(ctx, s)
 		},
 		want: "label endpointslice.kubernetes.io/managed-by is 'endpointslice-controller.k8s.io', not agent.network.swh.dev",
+	}, {
+		name: "create a slice of web that web does not own",
+		write: func() error {
+			s := agentSlice(web, "web-http-x", "node-1", "node-1", "10.244.1.9")
+			s.OwnerReferences = nil // it would outlive web, and join a later Service named web
+			return agent.Create(ctx, s)
+		},
+		want: "no owner reference to Service " + ns + "/web with uid " + string(web.UID),
+	}, {
+		name: "create a slice of web owned by another Service",
+		write: func() error {
+			s := agentSlice(web, "web-http-x", "node-1", "node-1", "10.244.1.9")
+			s.OwnerReferences[0].Name, s.OwnerReferences[0].UID = "api", svcs["api"].UID
+			return agent.Create(ctx, s)
+		},
+		want: "no owner reference to Service " + ns + "/web with uid " + string(web.UID),
+	}, {
+		name: "add an endpoint on node-2 to its slice",
+		write: func() error {
+			s := mine.DeepCopy()
+			if err := agent.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
+				return err
+			}
+			s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{"10.244.2.9"}, NodeName: new("node-2")})
+			return agent.Update(ctx, s)
+		},
+		want: "endpoint 10.244.2.9 has nodeName 'node-2': the agent of node node-1 publishes only endpoints on node node-1",
+	}, {
+		name: "take over the built-in controller's slice of a plain Service",
+		write: func() error {
+			s := builtin.DeepCopy()
+			if err := agent.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
+				return err
+			}
+			s.Labels[discoveryv1.LabelManagedBy] = endpoints.DefaultManagedBy
+			s.Labels[endpoints.DefaultNodeLabel] = "node-1"
+			s.Endpoints = []discoveryv1.Endpoint{{Addresses: []string{"10.244.1.9"}, NodeName: new("node-1")}}
+			return agent.Update(ctx, s)
+		},
+		want: "the agent of node node-1 may not update EndpointSlice " + ns + "/plain-abcde: it is labelled network.swh.dev/node='', endpointslice.kubernetes.io/managed-by='endpointslice-controller.k8s.io'",
+	}, {
+		name:  "delete the built-in controller's slice of a plain Service",
+		write: func() error { return agent.Delete(ctx, builtin.DeepCopy()) },
+		want:  "the agent of node node-1 may not delete EndpointSlice " + ns + "/plain-abcde",
 	}, {
 		name:  "relabel its slice to another Service",
 		write: func() error { return relabel(ctx, agent, mine, discoveryv1.LabelServiceName, "api") },
@@ -234,7 +289,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 	}, {
 		name: "write with a token not bound to a pod",
 		write: func() error {
-			return unbound.Create(ctx, agentSlice(ns, "web-http-x", "web", "node-1", "node-1", "10.244.1.9"))
+			return unbound.Create(ctx, agentSlice(web, "web-http-x", "node-1", "node-1", "10.244.1.9"))
 		},
 		want: "the agent's credentials name no node (no authentication.kubernetes.io/node-name in its user info)",
 	}, {
@@ -312,23 +367,23 @@ func TestAgentPolicyLongNodeName(t *testing.T) {
 	// Its hostname label would be too long: not harness.CreateNode.
 	longNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}
 	t.Cleanup(func() { _ = controlPlane.Client.Delete(context.Background(), longNode) })
-	for _, o := range []client.Object{
-		longNode,
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: servicesConfigMap, Labels: registryLabels()},
-			Data: map[string]string{"web": ""}},
-	} {
+	web := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	for _, o := range []client.Object{longNode, web} {
 		if err := controlPlane.Client.Create(ctx, o); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := controlPlane.Client.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: servicesConfigMap,
+		Labels: registryLabels()}, Data: map[string]string{"web": string(web.UID)}}); err != nil {
+		t.Fatal(err)
 	}
 	agent, err := client.New(bearer(agentToken(ctx, t, node, "swh-agent-long-")), client.Options{Scheme: controlPlane.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	harness.Eventually(t, 30*time.Second, "the agent of a long-named node creates its slice", func() error {
-		return agent.Create(ctx, agentSlice(ns, "web-http-long", "web", node, node, "10.244.3.1"))
+		return agent.Create(ctx, agentSlice(web, "web-http-long", node, node, "10.244.3.1"))
 	})
 	for _, tc := range []struct {
 		name  string
@@ -336,11 +391,11 @@ func TestAgentPolicyLongNodeName(t *testing.T) {
 		want  string
 	}{{
 		name:  "another long-named node's label",
-		slice: agentSlice(ns, "web-http-other", "web", other, node, "10.244.3.9"),
+		slice: agentSlice(web, "web-http-other", other, node, "10.244.3.9"),
 		want:  "label network.swh.dev/node is '" + endpoints.NodeLabelValue(other) + "', not 'ip-10-244-3-1." + strings.Repeat("x", 31) + "-<16 hex digits>'",
 	}, {
 		name:  "its own label, an endpoint on another node",
-		slice: agentSlice(ns, "web-http-other", "web", node, other, "10.244.3.9"),
+		slice: agentSlice(web, "web-http-other", node, other, "10.244.3.9"),
 		want:  "endpoint 10.244.3.9 has nodeName '" + other + "'",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
