@@ -37,7 +37,7 @@ func registryLabels() map[string]string {
 // for real (idempotent) and waits until the API server enforces them.
 func installAgentPolicies(t *testing.T) {
 	t.Helper()
-	policies := ofKind(renderChart(t, "swh", namespace, ""), "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+	policies := harness.OfKind(renderChart(t, "swh", namespace, ""), "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
 	if len(policies) != 4 {
 		t.Fatalf("the chart renders %d admission policies and bindings by default, want 2 of each", len(policies))
 	}

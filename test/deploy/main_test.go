@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,7 +22,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,51 +61,11 @@ func manifests(t testing.TB) []*unstructured.Unstructured {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := readManifests(filepath.Join(root, "deploy", "manifests", "swh.yaml"))
+	objs, err := harness.ReadManifests(filepath.Join(root, "deploy", "manifests", "swh.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return objs
-}
-
-func readManifests(path string) ([]*unstructured.Unstructured, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("opening the manifests (run make generate): %w", err)
-	}
-	defer func() { _ = f.Close() }()
-	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-	var objs []*unstructured.Unstructured
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return nil, fmt.Errorf("decoding %s: %w", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue // an empty document
-		}
-		objs = append(objs, u)
-	}
-	if len(objs) == 0 {
-		return nil, fmt.Errorf("%s holds no object", path)
-	}
-	return objs, nil
-}
-
-// ofKind returns the objects of the given kinds.
-func ofKind(objs []*unstructured.Unstructured, kinds ...string) []*unstructured.Unstructured {
-	var out []*unstructured.Unstructured
-	for _, o := range objs {
-		for _, k := range kinds {
-			if o.GetKind() == k {
-				out = append(out, o)
-			}
-		}
-	}
-	return out
 }
 
 // find returns the object of kind and name, or fails the test.
@@ -142,7 +100,7 @@ func apply(ctx context.Context, c client.Client, objs []*unstructured.Unstructur
 func installRBAC(t testing.TB) []*unstructured.Unstructured {
 	t.Helper()
 	objs := manifests(t)
-	rbac := ofKind(objs, "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+	rbac := harness.OfKind(objs, "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := apply(ctx, controlPlane.Client, rbac, false); err != nil {

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/swh-dev/swh/test/harness"
 )
 
 // warnings collects the API server's warnings (Pod Security among them).
@@ -54,7 +56,7 @@ func TestManifestsApplyDryRun(t *testing.T) {
 	defer cancel()
 
 	c, w := warningClient(t)
-	first := ofKind(objs, "Namespace", "CustomResourceDefinition")
+	first := harness.OfKind(objs, "Namespace", "CustomResourceDefinition")
 	if len(first) != 2 {
 		t.Fatalf("want the Namespace and the CRD in the manifests, found %d of them", len(first))
 	}

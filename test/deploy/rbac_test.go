@@ -9,6 +9,8 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/swh-dev/swh/test/harness"
 )
 
 // access is one request a ServiceAccount may or may not make. Namespace ""
@@ -315,7 +317,7 @@ func TestRolesGrantOnlyWhatIsNeeded(t *testing.T) {
 			}
 		}
 		granted := 0
-		for _, binding := range ofKind(objs, "ClusterRoleBinding", "RoleBinding") {
+		for _, binding := range harness.OfKind(objs, "ClusterRoleBinding", "RoleBinding") {
 			rb := &rbacv1.RoleBinding{} // a ClusterRoleBinding decodes the same
 			fromUnstructured(t, binding.Object, rb)
 			if !bindsServiceAccount(rb, sa) {

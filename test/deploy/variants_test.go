@@ -26,7 +26,7 @@ func TestChartVariants(t *testing.T) {
 	const ns = "swh-variant"
 	objs := renderChart(t, "other", ns, "createNamespace=true,agent.hostNetwork=true,controller.replicas=1,serviceMonitor.enabled=true,serviceMonitor.labels.release=prom")
 
-	if n := len(ofKind(objs, "PodDisruptionBudget")); n != 0 {
+	if n := len(harness.OfKind(objs, "PodDisruptionBudget")); n != 0 {
 		t.Errorf("%d PodDisruptionBudgets with one replica; it would block every drain", n)
 	}
 	nsObj := find(t, objs, "Namespace", ns)
@@ -47,7 +47,7 @@ func TestChartVariants(t *testing.T) {
 			t.Errorf("ValidatingAdmissionPolicy %s matches %v, want only the user %s", name, conditions, agent)
 		}
 	}
-	if off := renderChart(t, "other", ns, "agent.admissionPolicy.enabled=false"); len(ofKind(off, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")) != 0 {
+	if off := renderChart(t, "other", ns, "agent.admissionPolicy.enabled=false"); len(harness.OfKind(off, "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")) != 0 {
 		t.Error("agent.admissionPolicy.enabled=false still renders admission policies")
 	}
 
@@ -58,7 +58,7 @@ func TestChartVariants(t *testing.T) {
 	}
 	match, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
 	selected := 0
-	for _, svc := range ofKind(objs, "Service") {
+	for _, svc := range harness.OfKind(objs, "Service") {
 		if labels.SelectorFromSet(match).Matches(labels.Set(svc.GetLabels())) {
 			selected++
 		}
@@ -81,7 +81,7 @@ func TestChartVariants(t *testing.T) {
 			others = append(others, o)
 		}
 	}
-	if err := apply(ctx, c, ofKind(objs, "Namespace", "CustomResourceDefinition"), false); err != nil {
+	if err := apply(ctx, c, harness.OfKind(objs, "Namespace", "CustomResourceDefinition"), false); err != nil {
 		t.Fatalf("applying the Namespace: %v", err)
 	}
 	if err := apply(ctx, c, others, true); err != nil {
@@ -120,7 +120,7 @@ func renderChart(t *testing.T, release, ns, set string) []*unstructured.Unstruct
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	objs, err := readManifests(path)
+	objs, err := harness.ReadManifests(path)
 	if err != nil {
 		t.Fatal(err)
 	}
