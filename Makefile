@@ -105,10 +105,7 @@ E2E_MODES ?= nftables iptables
 e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) carries real requests to real backends.
 	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager
 	@cd test && go test -c -o $(BIN)/e2e.test ./e2e/
-	@for mode in $(E2E_MODES); do \
-	  echo ">> e2e suite, kube-proxy in $$mode mode"; \
-	  hack/netns.sh bash -c "cd test/e2e && $(BIN)/e2e.test -test.count=1 -test.timeout=15m -proxy-mode=$$mode $(E2E_FLAGS)"; \
-	done
+	@hack/e2e.sh $(BIN)/e2e.test $(E2E_MODES) -- $(E2E_FLAGS)
 
 # The run happens in a private network namespace (hack/netns.sh): its load on
 # 127.0.0.1, and the TIME_WAIT sockets it counts, are its own.

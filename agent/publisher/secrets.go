@@ -213,6 +213,9 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 	case apierrors.IsNotFound(err):
 		outcome = "not-found"
 		e.data, e.err = nil, fmt.Errorf("Secret %s not found", key)
+	case apierrors.IsForbidden(err):
+		outcome = "forbidden"
+		e.err = fmt.Errorf("reading Secret %s: %w", key, err)
 	default:
 		outcome = "error"
 		e.err = fmt.Errorf("reading Secret %s: %w", key, err)
@@ -240,7 +243,7 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 		failedFor = time.Since(e.failingSince)
 		e.failingSince = time.Time{}
 	}
-	kept := e.data != nil
+	kept, everRead := e.data != nil, e.everRead
 	newMode, hasMode := tlsModeIn(e.data)
 	close(e.inflight)
 	e.inflight = nil
@@ -250,6 +253,11 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 	switch {
 	case streakBegins && outcome == "not-found":
 		c.log.Info("credentials Secret not found; its probes fail until it exists", "secret", key.String())
+	case streakBegins && outcome == "forbidden" && !everRead:
+		// The controller grants the agent its resources' Secrets when it
+		// reconciles them (docs/security.md): a resource's first reads can
+		// come before the grant, and are retried on the short backoff.
+		c.log.Info("credentials Secret not readable yet; its probes fail until the controller's grant takes effect", "secret", key.String(), "reason", err.Error())
 	case streakBegins && kept:
 		c.log.Error(err, "reading a credentials Secret failed; the last credentials read stay in use until a read succeeds", "secret", key.String())
 	case streakBegins:

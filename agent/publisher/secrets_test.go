@@ -206,6 +206,9 @@ func TestSecretCacheRetriesSoonUntilFirstRead(t *testing.T) {
 	}{
 		{"the API server answers 500", apierrors.NewInternalError(errors.New("etcd is sad"))},
 		{"the Secret does not exist yet", apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, dbName)},
+		// The controller's grant of a new resource's Secret comes after
+		// the agent's first reads (docs/security.md).
+		{"the agent is not granted the Secret yet", apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, dbName, errors.New("no RBAC policy matched"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const retryFirst, retryMax = 10 * time.Millisecond, 40 * time.Millisecond

@@ -103,10 +103,13 @@ func (n *Node) agentKubeconfig(ctx context.Context) (string, error) {
 
 // registrationWindow are the refusals an agent may meet, and retries,
 // between a resource's creation and the controller registering its Service
-// in the namespace's swh-services (docs/security.md).
+// in the namespace's swh-services, or granting the agent the credentials
+// Secret the resource names (docs/security.md). A grant that never came
+// fails TestDatabase instead: its probes cannot pass without the Secret.
 var registrationWindow = []string{
 	"no params found for policy binding",
 	"is not a ServiceWithHealthchecks child registered in",
+	`cannot get resource \"secrets\"`,
 }
 
 // Refusals scans the logs of the controller and the agents for requests
