@@ -2,17 +2,30 @@ package reconciler
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
 
-// Metrics counts what the reconciler writes. Reconcile outcomes and
-// durations come from controller-runtime's own controller metrics.
+// Metrics counts what the reconciler writes, and exports each resource's
+// endpoint counts. Reconcile outcomes and durations come from
+// controller-runtime's own controller metrics.
 type Metrics struct {
 	serviceWrites *prometheus.CounterVec
 	statusWrites  *prometheus.CounterVec
 	slicesDeleted prometheus.Counter
 	reverts       *prometheus.CounterVec
+	endpoints     *prometheus.GaugeVec
+
+	mu sync.Mutex
+	// ports holds the port labels each resource's gauges were last set
+	// for, so that a port removed from the spec leaves no stale series.
+	ports map[types.NamespacedName][]string
 }
 
 // NewMetrics creates the counters and registers them with reg.
@@ -34,8 +47,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "swh_controller_service_reverts_total",
 			Help: "Fields of child Services that someone else changed and the controller put back, by field.",
 		}, []string{"field"}),
+		endpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "swh_controller_resource_endpoints",
+			Help: "Pods of a ServiceWithHealthchecks per port, as in its status.ports: state=ready (ready on the port) or total (published on the port).",
+		}, []string{"namespace", "name", "port", "state"}),
+		ports: map[types.NamespacedName][]string{},
 	}
-	for _, c := range []prometheus.Collector{m.serviceWrites, m.statusWrites, m.slicesDeleted, m.reverts} {
+	for _, c := range []prometheus.Collector{m.serviceWrites, m.statusWrites, m.slicesDeleted, m.reverts, m.endpoints} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering the controller's metrics: %w", err)
 		}
@@ -67,4 +85,49 @@ func (m *Metrics) reverted(fields []string) {
 			m.reverts.WithLabelValues(f).Inc()
 		}
 	}
+}
+
+// setEndpoints sets a resource's gauges to the per-port counts of its
+// status, and deletes those of ports it no longer has.
+func (m *Metrics) setEndpoints(key types.NamespacedName, ports []swhv1alpha1.PortStatus) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(ports))
+	for _, p := range ports {
+		port := portLabel(p)
+		names = append(names, port)
+		m.endpoints.WithLabelValues(key.Namespace, key.Name, port, "ready").Set(float64(p.ReadyEndpoints))
+		m.endpoints.WithLabelValues(key.Namespace, key.Name, port, "total").Set(float64(p.TotalEndpoints))
+	}
+	for _, old := range m.ports[key] {
+		if !slices.Contains(names, old) {
+			m.endpoints.DeleteLabelValues(key.Namespace, key.Name, old, "ready")
+			m.endpoints.DeleteLabelValues(key.Namespace, key.Name, old, "total")
+		}
+	}
+	m.ports[key] = names
+}
+
+// forgetEndpoints deletes a deleted resource's gauges.
+func (m *Metrics) forgetEndpoints(key types.NamespacedName) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.endpoints.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
+	delete(m.ports, key)
+}
+
+// portLabel names a port by its name, or by its number when it has none (a
+// resource's only port may be unnamed; a name always has a letter, so the
+// two never collide).
+func portLabel(p swhv1alpha1.PortStatus) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return strconv.Itoa(int(p.Port))
 }

@@ -75,6 +75,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// it, the slices.
 		if apierrors.IsNotFound(err) {
 			r.reverts.forget(req.NamespacedName)
+			r.Metrics.forgetEndpoints(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -356,7 +357,11 @@ func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.Se
 }
 
 func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, status swhv1alpha1.ServiceWithHealthchecksStatus) (ctrl.Result, error) {
+	key := client.ObjectKeyFromObject(swh)
 	if statusEqual(swh.Status, status) {
+		// Set here too: after a restart, the first pass finds the status
+		// written.
+		r.Metrics.setEndpoints(key, status.Ports)
 		return ctrl.Result{}, nil
 	}
 	updated := swh.DeepCopy()
@@ -378,6 +383,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWi
 		return ctrl.Result{}, fmt.Errorf("writing the status of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	r.Metrics.statusWrite("ok")
+	r.Metrics.setEndpoints(key, status.Ports)
 	return ctrl.Result{}, nil
 }
 
