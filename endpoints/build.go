@@ -102,6 +102,13 @@ type Options struct {
 	// MaxEndpointsPerSlice splits bigger slices; MaxEndpointsPerSlice (the
 	// API server's limit) when 0.
 	MaxEndpointsPerSlice int
+	// OwnedAnnotations are the keys of annotations the caller sets on
+	// desired slices (Build sets none): Plan updates a slice whose value of
+	// one differs, and removes one from an existing slice of the scope when
+	// the desired slice lacks it. Other annotations are never compared, so
+	// a per-write stamp such as last-change-trigger-time, set after Plan,
+	// causes no write by itself.
+	OwnedAnnotations []string
 }
 
 func (o Options) complete() (Options, error) {
@@ -119,6 +126,11 @@ func (o Options) complete() (Options, error) {
 	}
 	if errs := validation.IsQualifiedName(o.NodeLabel); len(errs) > 0 {
 		return o, fmt.Errorf("node label %q: %s: %w", o.NodeLabel, strings.Join(errs, "; "), ErrInvalid)
+	}
+	for _, k := range o.OwnedAnnotations {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return o, fmt.Errorf("owned annotation %q: %s: %w", k, strings.Join(errs, "; "), ErrInvalid)
+		}
 	}
 	if o.MaxEndpointsPerSlice < 1 || o.MaxEndpointsPerSlice > MaxEndpointsPerSlice {
 		return o, fmt.Errorf("%d endpoints per slice: must be 1-%d: %w", o.MaxEndpointsPerSlice, MaxEndpointsPerSlice, ErrInvalid)

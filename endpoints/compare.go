@@ -24,7 +24,8 @@ import (
 // the same value, and the optional labels this package manages
 // (service.kubernetes.io/headless and service-proxy-name) must be absent
 // from existing when desired lacks them; other labels on existing are left
-// to whoever set them. Annotations are not compared: the caller's
+// to whoever set them. Annotations are not compared (Plan compares
+// Options.OwnedAnnotations): the caller's
 // last-change-trigger-time must not cause a write by itself.
 func Equal(desired, existing *discoveryv1.EndpointSlice) bool {
 	if desired == nil || existing == nil {

@@ -141,8 +141,8 @@ func Plan(scope Scope, existing, desired []discoveryv1.EndpointSlice, opts Optio
 		switch h := held[w.Name]; {
 		case h == nil:
 			ch.Create = append(ch.Create, *w)
-		case !Equal(w, h):
-			ch.Update = append(ch.Update, merged(h, w))
+		case !Equal(w, h) || !ownedAnnotationsMatch(w, h, opts.OwnedAnnotations):
+			ch.Update = append(ch.Update, merged(h, w, opts.OwnedAnnotations))
 		}
 	}
 	slices.SortFunc(ch.Create, byName)
@@ -184,9 +184,28 @@ func assignNames(want []*discoveryv1.EndpointSlice, usable func(string, *discove
 
 func byName(a, b discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) }
 
-// merged returns existing carrying the content of desired.
-func merged(existing, desired *discoveryv1.EndpointSlice) discoveryv1.EndpointSlice {
+// ownedAnnotationsMatch reports whether existing carries the owned
+// annotations of desired, and none desired lacks.
+func ownedAnnotationsMatch(desired, existing *discoveryv1.EndpointSlice, owned []string) bool {
+	for _, k := range owned {
+		want, wanted := desired.Annotations[k]
+		got, has := existing.Annotations[k]
+		if wanted != has || want != got {
+			return false
+		}
+	}
+	return true
+}
+
+// merged returns existing carrying the content of desired, without the
+// owned annotations desired lacks.
+func merged(existing, desired *discoveryv1.EndpointSlice, owned []string) discoveryv1.EndpointSlice {
 	out := existing.DeepCopy()
+	for _, k := range owned {
+		if _, ok := desired.Annotations[k]; !ok {
+			delete(out.Annotations, k)
+		}
+	}
 	if out.Labels == nil {
 		out.Labels = make(map[string]string, len(desired.Labels))
 	}

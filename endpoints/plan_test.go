@@ -486,3 +486,64 @@ func TestFreeNameLong(t *testing.T) {
 		t.Errorf("taken alternatives are skipped: %q after %d tries", second, tries)
 	}
 }
+
+// TestPlanOwnedAnnotations: an owned annotation is content (a change, an
+// addition or a removal is written, and others' annotations stay), while
+// any other annotation, such as a per-write stamp, causes no write.
+func TestPlanOwnedAnnotations(t *testing.T) {
+	const owned, stamp, others = "example.com/why", "example.com/stamp", "someone.else/note"
+	opts := Options{OwnedAnnotations: []string{owned}}
+	with := func(s discoveryv1.EndpointSlice, kv ...string) discoveryv1.EndpointSlice {
+		s = *s.DeepCopy()
+		s.Annotations = map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			s.Annotations[kv[i]] = kv[i+1]
+		}
+		return s
+	}
+	base := desiredFor(t, "10.0.0.1")[0]
+	for _, tc := range []struct {
+		name            string
+		existing        discoveryv1.EndpointSlice
+		desired         discoveryv1.EndpointSlice
+		wantUpdate      bool
+		wantAnnotations map[string]string
+	}{
+		{"same owned value, different stamp", with(base, owned, "a", stamp, "t1"), with(base, owned, "a", stamp, "t2"), false, nil},
+		{"neither has it", with(base, stamp, "t1"), with(base), false, nil},
+		{"owned value changed", with(base, owned, "a", others, "x"), with(base, owned, "b"), true,
+			map[string]string{owned: "b", others: "x"}},
+		{"owned annotation added", with(base, others, "x"), with(base, owned, "a"), true,
+			map[string]string{owned: "a", others: "x"}},
+		{"owned annotation removed", with(base, owned, "a", others, "x"), with(base), true,
+			map[string]string{others: "x"}},
+		{"empty value is a value", with(base), with(base, owned, ""), true, map[string]string{owned: ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			existing := []discoveryv1.EndpointSlice{*serverRoundTripTB(tc.existing)}
+			ch, err := Plan(scope1, existing, []discoveryv1.EndpointSlice{tc.desired}, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ch.Create) != 0 || len(ch.Delete) != 0 {
+				t.Fatalf("plan creates %v and deletes %v, want neither", names(ch.Create), names(ch.Delete))
+			}
+			if got := len(ch.Update) == 1; got != tc.wantUpdate {
+				t.Fatalf("update planned: %v, want %v", got, tc.wantUpdate)
+			}
+			if !tc.wantUpdate {
+				return
+			}
+			if got := ch.Update[0].Annotations; !maps.Equal(got, tc.wantAnnotations) {
+				t.Errorf("updated slice's annotations %v, want %v", got, tc.wantAnnotations)
+			}
+			again, err := Plan(scope1, apply(existing, ch), []discoveryv1.EndpointSlice{tc.desired}, opts)
+			if err != nil || !again.Empty() {
+				t.Errorf("plan after applying: %+v, %v; want nothing to write", again, err)
+			}
+		})
+	}
+	if _, err := Plan(scope1, nil, nil, Options{OwnedAnnotations: []string{"not a key!"}}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an invalid owned annotation key: %v, want ErrInvalid", err)
+	}
+}

@@ -38,6 +38,11 @@ const (
 	builtinManagedBy = "endpointslice-controller.k8s.io"
 )
 
+// planOptions make the reasons annotation part of what Plan compares.
+func planOptions() endpoints.Options {
+	return endpoints.Options{OwnedAnnotations: []string{swhv1alpha1.AnnotationEndpointReasons}}
+}
+
 // Publisher probes the pods of one node and publishes their EndpointSlices.
 // It is a controller-runtime reconciler of ServiceWithHealthchecks keys.
 type Publisher struct {
@@ -153,8 +158,11 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("building the slices of %s: %w", req.NamespacedName, err)
 	}
+	if err := annotateReasons(desired, existing, why, time.Now()); err != nil {
+		return ctrl.Result{}, fmt.Errorf("the reasons of %s: %w", req.NamespacedName, err)
+	}
 	scope := endpoints.Scope{Namespace: swh.Namespace, Service: swh.Name, Node: p.NodeName}
-	changes, err := endpoints.Plan(scope, existing, desired, endpoints.Options{})
+	changes, err := endpoints.Plan(scope, existing, desired, planOptions())
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("planning the slices of %s: %w", req.NamespacedName, err)
 	}

@@ -1,0 +1,151 @@
+package publisher
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
+)
+
+// annotateReasons puts on each desired slice why its endpoints that do not
+// pass are not ready (swhv1alpha1.AnnotationEndpointReasons), so that an
+// operator reads it with the slice (kubectl swh status). A pod's entry is
+// carried over from the existing slices of its port while its reason and
+// probe stay the same, message and time included: the annotation changes
+// when a reason does, never because a probe ran, and at steady state it
+// costs no write. A reason that changes without the slice's conditions
+// changing (refused, then timeout) costs one update of that slice.
+func annotateReasons(desired, existing []discoveryv1.EndpointSlice, why notReadyReasons, now time.Time) error {
+	before := map[string]swhv1alpha1.EndpointReasons{}
+	for i := range existing {
+		if !sameOwner(&existing[i], desired) {
+			// A holder of a taken name, or a slice someone else labelled
+			// like ours: its reasons are not this agent's.
+			continue
+		}
+		reasons, err := swhv1alpha1.EndpointReasonsOf(existing[i].Annotations)
+		if err != nil {
+			// Rewritten below from what the agent knows.
+			continue
+		}
+		port := slicePortName(&existing[i])
+		if before[port] == nil {
+			before[port] = swhv1alpha1.EndpointReasons{}
+		}
+		for pod, r := range reasons {
+			before[port][pod] = r
+		}
+	}
+	since := metav1.NewTime(now.UTC().Truncate(time.Second))
+	for i := range desired {
+		s := &desired[i]
+		port := slicePortName(s)
+		reasons := swhv1alpha1.EndpointReasons{}
+		for _, ep := range s.Endpoints {
+			if ep.TargetRef == nil {
+				continue
+			}
+			c, ok := why[ep.TargetRef.UID][port]
+			if !ok {
+				continue
+			}
+			r := reasonOf(c, since)
+			if old, ok := before[port][ep.TargetRef.Name]; ok && old.SameReason(r) {
+				r = old
+			}
+			reasons[ep.TargetRef.Name] = r
+		}
+		value, err := encodeBounded(reasons, swhv1alpha1.MaxEndpointReasonsBytes)
+		if err != nil {
+			return fmt.Errorf("slice %s: %w", s.Name, err)
+		}
+		if value != "" {
+			setAnnotation(s, swhv1alpha1.AnnotationEndpointReasons, value)
+		}
+	}
+	return nil
+}
+
+// encodeBounded encodes reasons within limit bytes: whole if they fit,
+// else with messages cut to 64 bytes, else without messages, else without
+// the entries of the pods that sort last.
+func encodeBounded(reasons swhv1alpha1.EndpointReasons, limit int) (string, error) {
+	for _, messageLimit := range []int{-1, 64, 0} {
+		shortened := reasons
+		if messageLimit >= 0 {
+			shortened = make(swhv1alpha1.EndpointReasons, len(reasons))
+			for pod, r := range reasons {
+				r.Message = ""
+				if messageLimit > 0 {
+					r.Message = swhv1alpha1.TruncateMessage(reasons[pod].Message, messageLimit)
+				}
+				shortened[pod] = r
+			}
+		}
+		value, err := shortened.Encode()
+		if err != nil || len(value) <= limit {
+			return value, err
+		}
+		reasons = shortened
+	}
+	// Messages are gone: keep the pods that sort first, each entry's size
+	// measured alone (plus a comma) against what is left.
+	kept := swhv1alpha1.EndpointReasons{}
+	size := len("{}")
+	for _, pod := range slices.Sorted(maps.Keys(reasons)) {
+		entry, err := swhv1alpha1.EndpointReasons{pod: reasons[pod]}.Encode()
+		if err != nil {
+			return "", err
+		}
+		if size+len(entry)-len("{}")+1 > limit {
+			break
+		}
+		size += len(entry) - len("{}") + 1
+		kept[pod] = reasons[pod]
+	}
+	return kept.Encode()
+}
+
+// reasonOf turns a cause into the annotation's entry. A cause's code is
+// "<reason>@<probe index>" when it is about a probe, else the reason alone.
+func reasonOf(c cause, since metav1.Time) swhv1alpha1.EndpointReason {
+	r := swhv1alpha1.EndpointReason{Reason: c.code, Message: swhv1alpha1.TruncateReasonMessage(c.text), Since: since}
+	if at := strings.LastIndexByte(c.code, '@'); at >= 0 {
+		if i, err := strconv.ParseInt(c.code[at+1:], 10, 32); err == nil {
+			index := int32(i)
+			r.Reason, r.Probe = c.code[:at], &index
+		}
+	}
+	return r
+}
+
+// sameOwner reports whether s carries the service-name, managed-by and
+// node labels of the desired slices.
+func sameOwner(s *discoveryv1.EndpointSlice, desired []discoveryv1.EndpointSlice) bool {
+	if len(desired) == 0 {
+		return false
+	}
+	for _, k := range []string{discoveryv1.LabelServiceName, discoveryv1.LabelManagedBy, endpoints.DefaultNodeLabel} {
+		if s.Labels[k] != desired[0].Labels[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// slicePortName is the name of the Service port a slice publishes (its
+// only port); "" for an unnamed port.
+func slicePortName(s *discoveryv1.EndpointSlice) string {
+	if len(s.Ports) == 0 || s.Ports[0].Name == nil {
+		return ""
+	}
+	return *s.Ports[0].Name
+}
