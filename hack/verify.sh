@@ -49,7 +49,7 @@ helm_chart() {
   # Lint with the defaults and with every optional part on; render those too.
   hack/build-tools.sh helm >/dev/null &&
     bin/helm lint --strict deploy/charts/swh &&
-    bin/helm lint --strict deploy/charts/swh --set serviceMonitor.enabled=true,agent.hostNetwork=true,createNamespace=true &&
+    bin/helm lint --strict deploy/charts/swh --set serviceMonitor.enabled=true,prometheusRule.enabled=true,grafanaDashboard.enabled=true,agent.hostNetwork=true,createNamespace=true &&
     bin/helm template swh deploy/charts/swh --namespace swh-system \
       --set serviceMonitor.enabled=true,agent.hostNetwork=true,createNamespace=true,controller.replicas=1 >/dev/null
 }

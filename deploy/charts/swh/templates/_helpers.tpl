@@ -76,3 +76,9 @@ are the one source of the permissions; `make generate` refreshes the file. */}}
 {{- end -}}
 {{- toYaml $rules -}}
 {{- end -}}
+
+{{/* The labels of one alert: its severity and prometheusRule.alertLabels
+(which cannot change the severity): (dict "root" $ "severity" "critical"). */}}
+{{- define "swh.alertLabels" -}}
+{{- toYaml (merge (dict "severity" .severity) .root.Values.prometheusRule.alertLabels) -}}
+{{- end -}}
