@@ -6,7 +6,9 @@
 // under their ServiceAccounts (impersonated) without a single 403. It also
 // dry-runs the chart with its optional parts on (through bin/helm, when
 // built), checks that every value is documented and that the Dockerfile
-// copies every module the binaries build from.
+// copies every module the binaries build from. The optional PrometheusRule
+// and Grafana dashboard must query only metrics the binaries export, and the
+// alerts docs/operations.md shows must be the ones the chart renders.
 package deploy_test
 
 import (
