@@ -1,0 +1,121 @@
+package kubectlswh
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+)
+
+// WriteStatus prints st in format "text", "json" or "yaml".
+func WriteStatus(w io.Writer, st Status, format string, now time.Time) error {
+	switch format {
+	case "json":
+		b, err := json.MarshalIndent(st, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encoding the status: %w", err)
+		}
+		_, err = fmt.Fprintf(w, "%s\n", b)
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("encoding the status: %w", err)
+		}
+		_, err = w.Write(b)
+		return err
+	case "", "text":
+		return writeStatusText(w, st, now)
+	}
+	return fmt.Errorf("output format %q: want text, json or yaml", format)
+}
+
+func writeStatusText(w io.Writer, st Status, now time.Time) error {
+	fmt.Fprintln(w, st.Summary)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PORT\tPOD\tNODE\tSTATE\tREASON\tPROBE\tAGE\tMESSAGE")
+	for _, p := range st.Ports {
+		for _, ep := range p.Endpoints {
+			var reason, probe, since, message string
+			if r := ep.Reason; r != nil {
+				reason, message, since = r.Reason, r.Message, age(r.Since, now)
+				if r.Probe != nil {
+					probe = fmt.Sprintf("%d", *r.Probe)
+					if r.ProbeName != "" {
+						probe += " (" + r.ProbeName + ")"
+					}
+				}
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portName(p), ep.Pod, dash(ep.Node), state(ep), dash(reason), dash(probe), dash(since), message)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range st.Nodes {
+		if n.Note != "" {
+			fmt.Fprintf(w, "node %s: %s\n", n.Name, n.Note)
+		}
+	}
+	return nil
+}
+
+func portName(p PortStatus) string {
+	if p.Name == "" {
+		return fmt.Sprintf("%d", p.Port)
+	}
+	return p.Name
+}
+
+// state renders an endpoint's conditions in one word or two.
+func state(ep EndpointStatus) string {
+	var s string
+	switch {
+	case !ep.Published:
+		s = "not published"
+	case ep.Ready && ep.Terminating:
+		s = "ready,terminating"
+	case ep.Ready:
+		s = "ready"
+	case ep.Serving && ep.Terminating:
+		s = "serving,terminating"
+	case ep.Terminating:
+		s = "not serving,terminating"
+	default:
+		s = "not ready"
+	}
+	if ep.Stale {
+		s += " (stale)"
+	}
+	return s
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func humanDuration(d time.Duration) string { return duration.HumanDuration(d) }
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// sentence capitalises the first letter and ends with a full stop.
+func sentence(s string) string {
+	if s == "" {
+		return s
+	}
+	s = strings.ToUpper(s[:1]) + s[1:]
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
+}

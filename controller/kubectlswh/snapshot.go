@@ -1,0 +1,113 @@
+package kubectlswh
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+)
+
+// Snapshot is what the plugin reads of one resource, at one time.
+type Snapshot struct {
+	Resource *swhv1alpha1.ServiceWithHealthchecks
+	// Service is the child Service; nil when it does not exist (yet).
+	Service *corev1.Service
+	// Pods are the pods of the namespace the selector matches, by name.
+	Pods []corev1.Pod
+	// Slices are the EndpointSlices labelled with the resource's name.
+	Slices []discoveryv1.EndpointSlice
+	// Nodes are the nodes of the selected pods, by name; a node missing
+	// here could not be read (see NodeErrors).
+	Nodes map[string]*corev1.Node
+	// NodeErrors says why a node could not be read (deleted, or no access
+	// to nodes: a namespaced operator).
+	NodeErrors map[string]error
+	// Agents are the agent pods, by node name.
+	Agents map[string]*corev1.Pod
+	// AgentsError is why the agent pods could not be listed, if so.
+	AgentsError error
+}
+
+// AgentLocation says where the agent pods are.
+type AgentLocation struct {
+	// Namespace holds the agent DaemonSet's pods.
+	Namespace string
+	// Selector selects the agent pods.
+	Selector labels.Selector
+}
+
+// Read takes a snapshot of the resource ns/name.
+func Read(ctx context.Context, c client.Reader, ns, name string, agents AgentLocation) (*Snapshot, error) {
+	s := &Snapshot{Resource: &swhv1alpha1.ServiceWithHealthchecks{}, Nodes: map[string]*corev1.Node{},
+		NodeErrors: map[string]error{}, Agents: map[string]*corev1.Pod{}}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, s.Resource); err != nil {
+		return nil, fmt.Errorf("reading ServiceWithHealthchecks %s/%s: %w", ns, name, err)
+	}
+	svc := &corev1.Service{}
+	switch err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, svc); {
+	case err == nil:
+		s.Service = svc
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("reading Service %s/%s: %w", ns, name, err)
+	}
+	if len(s.Resource.Spec.Selector) > 0 {
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels(s.Resource.Spec.Selector)); err != nil {
+			return nil, fmt.Errorf("listing the pods of %s/%s: %w", ns, name, err)
+		}
+		s.Pods = pods.Items
+		sort.Slice(s.Pods, func(i, j int) bool { return s.Pods[i].Name < s.Pods[j].Name })
+	}
+	slices := &discoveryv1.EndpointSliceList{}
+	if err := c.List(ctx, slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return nil, fmt.Errorf("listing the EndpointSlices of %s/%s: %w", ns, name, err)
+	}
+	s.Slices = slices.Items
+
+	for i := range s.Pods {
+		node := s.Pods[i].Spec.NodeName
+		if node == "" || s.Nodes[node] != nil || s.NodeErrors[node] != nil {
+			continue
+		}
+		n := &corev1.Node{}
+		if err := c.Get(ctx, types.NamespacedName{Name: node}, n); err != nil {
+			s.NodeErrors[node] = err
+			continue
+		}
+		s.Nodes[node] = n
+	}
+	agentPods := &corev1.PodList{}
+	if err := c.List(ctx, agentPods, client.InNamespace(agents.Namespace), client.MatchingLabelsSelector{Selector: agents.Selector}); err != nil {
+		s.AgentsError = err
+	} else {
+		for i := range agentPods.Items {
+			p := &agentPods.Items[i]
+			if p.Spec.NodeName == "" {
+				continue
+			}
+			// Of two (a rollout), the Ready one tells whether the node
+			// has a working agent.
+			if old := s.Agents[p.Spec.NodeName]; old == nil || (!podReady(old) && podReady(p)) {
+				s.Agents[p.Spec.NodeName] = p
+			}
+		}
+	}
+	return s, nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
