@@ -35,11 +35,11 @@ const (
 )
 
 // codePodNotReady is the cause of a port that follows pod readiness.
-const codePodNotReady = "pod-not-ready"
+const codePodNotReady = swhv1alpha1.ReasonPodNotReady
 
 // nodeNotReadyCause is the cause of every port of a node that is not Ready.
 func nodeNotReadyCause(node string) cause {
-	return cause{causeFailure, "node-not-ready", fmt.Sprintf("node %s is not Ready", node)}
+	return cause{causeFailure, swhv1alpha1.ReasonNodeNotReady, fmt.Sprintf("node %s is not Ready", node)}
 }
 
 // cause says why a pod is not ready on a port.

@@ -2,8 +2,6 @@ package publisher
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +61,7 @@ func annotateReasons(desired, existing []discoveryv1.EndpointSlice, why notReady
 			}
 			reasons[ep.TargetRef.Name] = r
 		}
-		value, err := encodeBounded(reasons, swhv1alpha1.MaxEndpointReasonsBytes)
+		value, err := reasons.EncodeBounded(swhv1alpha1.MaxEndpointReasonsBytes)
 		if err != nil {
 			return fmt.Errorf("slice %s: %w", s.Name, err)
 		}
@@ -72,46 +70,6 @@ func annotateReasons(desired, existing []discoveryv1.EndpointSlice, why notReady
 		}
 	}
 	return nil
-}
-
-// encodeBounded encodes reasons within limit bytes: whole if they fit,
-// else with messages cut to 64 bytes, else without messages, else without
-// the entries of the pods that sort last.
-func encodeBounded(reasons swhv1alpha1.EndpointReasons, limit int) (string, error) {
-	for _, messageLimit := range []int{-1, 64, 0} {
-		shortened := reasons
-		if messageLimit >= 0 {
-			shortened = make(swhv1alpha1.EndpointReasons, len(reasons))
-			for pod, r := range reasons {
-				r.Message = ""
-				if messageLimit > 0 {
-					r.Message = swhv1alpha1.TruncateMessage(reasons[pod].Message, messageLimit)
-				}
-				shortened[pod] = r
-			}
-		}
-		value, err := shortened.Encode()
-		if err != nil || len(value) <= limit {
-			return value, err
-		}
-		reasons = shortened
-	}
-	// Messages are gone: keep the pods that sort first, each entry's size
-	// measured alone (plus a comma) against what is left.
-	kept := swhv1alpha1.EndpointReasons{}
-	size := len("{}")
-	for _, pod := range slices.Sorted(maps.Keys(reasons)) {
-		entry, err := swhv1alpha1.EndpointReasons{pod: reasons[pod]}.Encode()
-		if err != nil {
-			return "", err
-		}
-		if size+len(entry)-len("{}")+1 > limit {
-			break
-		}
-		size += len(entry) - len("{}") + 1
-		kept[pod] = reasons[pod]
-	}
-	return kept.Encode()
 }
 
 // reasonOf turns a cause into the annotation's entry. A cause's code is

@@ -3,6 +3,8 @@ package v1alpha1
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,4 +131,44 @@ func (r EndpointReasons) Encode() (string, error) {
 		return "", fmt.Errorf("encoding endpoint reasons: %w", err)
 	}
 	return string(b), nil
+}
+
+// EncodeBounded encodes reasons within limit bytes: whole if they fit,
+// else with messages cut to 64 bytes, else without messages, else without
+// the entries of the pods that sort last.
+func (reasons EndpointReasons) EncodeBounded(limit int) (string, error) {
+	for _, messageLimit := range []int{-1, 64, 0} {
+		shortened := reasons
+		if messageLimit >= 0 {
+			shortened = make(EndpointReasons, len(reasons))
+			for pod, r := range reasons {
+				r.Message = ""
+				if messageLimit > 0 {
+					r.Message = TruncateMessage(reasons[pod].Message, messageLimit)
+				}
+				shortened[pod] = r
+			}
+		}
+		value, err := shortened.Encode()
+		if err != nil || len(value) <= limit {
+			return value, err
+		}
+		reasons = shortened
+	}
+	// Messages are gone: keep the pods that sort first, each entry's size
+	// measured alone (plus a comma) against what is left.
+	kept := EndpointReasons{}
+	size := len("{}")
+	for _, pod := range slices.Sorted(maps.Keys(reasons)) {
+		entry, err := EndpointReasons{pod: reasons[pod]}.Encode()
+		if err != nil {
+			return "", err
+		}
+		if size+len(entry)-len("{}")+1 > limit {
+			break
+		}
+		size += len(entry) - len("{}") + 1
+		kept[pod] = reasons[pod]
+	}
+	return kept.Encode()
 }

@@ -140,6 +140,10 @@ func (w *Withdrawer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if !endpoints.Withdraw(s, pnra) {
 			continue
 		}
+		if err := noteNodeNotReady(s, node.Name, since); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		if !since.IsZero() {
 			if s.Annotations == nil {
 				s.Annotations = map[string]string{}

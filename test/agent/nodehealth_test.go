@@ -63,6 +63,11 @@ func TestNodeNotReadyWithdrawsEndpoints(t *testing.T) {
 	a.Stop()
 	took := waitWithdrawal(t, ns, "dark", withdrawn, setNodeReady(t, node, corev1.ConditionUnknown))
 	t.Logf("agent dead: Ready=Unknown to withdrawn in %v", took)
+	for _, pod := range []string{"dark-a", "dark-b"} {
+		if r := waitReason(t, ns, "dark", pod, swhv1alpha1.ReasonNodeNotReady); r.Message != "node node-dark is not Ready" || r.Probe != nil {
+			t.Errorf("reason of %s after the controller withdrew it: %+v", pod, r)
+		}
+	}
 	harness.Eventually(t, 30*time.Second, "a NodeNotReady event on the resource", func() error {
 		list := &eventsv1.EventList{}
 		if err := controlPlane.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
@@ -88,9 +93,18 @@ func TestNodeNotReadyWithdrawsEndpoints(t *testing.T) {
 	// several periods.
 	took = waitWithdrawal(t, ns, "dark", withdrawn, setNodeReady(t, node, corev1.ConditionUnknown))
 	t.Logf("agent alive: Ready=Unknown to withdrawn in %v", took)
+	waitReason(t, ns, "dark", "dark-a", swhv1alpha1.ReasonNodeNotReady)
 	w := watchUnchanged(ns, "dark", withdrawn)
+	_, versions, err := sliceReasons(ctx, ns, "dark")
+	if err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(3 * time.Second)
 	w.verify(t, "while the node was not Ready with its agent running")
+	// Reasons included: neither writer rewrites the other's entries.
+	if _, again, err := sliceReasons(ctx, ns, "dark"); err != nil || fmt.Sprint(again) != fmt.Sprint(versions) {
+		t.Errorf("slices rewritten while both writers agreed: versions %v then %v (%v)", versions, again, err)
+	}
 
 	setNodeReady(t, node, corev1.ConditionTrue)
 	waitPublished(t, ns, "dark", ready)

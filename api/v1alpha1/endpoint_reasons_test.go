@@ -1,4 +1,4 @@
-package publisher
+package v1alpha1
 
 import (
 	"fmt"
@@ -7,8 +7,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
 
 // TestEncodeBounded: a slice's reasons stay within the annotation budget
@@ -17,12 +15,12 @@ import (
 func TestEncodeBounded(t *testing.T) {
 	probe := int32(0)
 	since := metav1.NewTime(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
-	reasonsOf := func(pods, nameLen int) swhv1alpha1.EndpointReasons {
-		out := swhv1alpha1.EndpointReasons{}
+	reasonsOf := func(pods, nameLen int) EndpointReasons {
+		out := EndpointReasons{}
 		for i := range pods {
 			name := fmt.Sprintf("%04d-%s", i, strings.Repeat("p", nameLen-5))
-			out[name] = swhv1alpha1.EndpointReason{Reason: "timeout", Probe: &probe, Since: since,
-				Message: swhv1alpha1.TruncateReasonMessage(strings.Repeat("m", 400))}
+			out[name] = EndpointReason{Reason: "timeout", Probe: &probe, Since: since,
+				Message: TruncateReasonMessage(strings.Repeat("m", 400))}
 		}
 		return out
 	}
@@ -32,21 +30,21 @@ func TestEncodeBounded(t *testing.T) {
 		wantPods      int
 		messageLen    int
 	}{
-		{"100 endpoints keep their messages", 100, 40, 100, swhv1alpha1.MaxReasonMessageBytes},
+		{"100 endpoints keep their messages", 100, 40, 100, MaxReasonMessageBytes},
 		{"1000 short names: messages shortened", 1000, 20, 1000, 64},
 		{"300 long names: messages shortened", 300, 253, 300, 64},
 		{"380 long names: no messages", 380, 253, 380, 0},
 		{"1000 longest names: the last pods left out", 1000, 253, -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			value, err := encodeBounded(reasonsOf(tc.pods, tc.nameLen), swhv1alpha1.MaxEndpointReasonsBytes)
+			value, err := reasonsOf(tc.pods, tc.nameLen).EncodeBounded(MaxEndpointReasonsBytes)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(value) > swhv1alpha1.MaxEndpointReasonsBytes {
-				t.Fatalf("%d bytes, over %d", len(value), swhv1alpha1.MaxEndpointReasonsBytes)
+			if len(value) > MaxEndpointReasonsBytes {
+				t.Fatalf("%d bytes, over %d", len(value), MaxEndpointReasonsBytes)
 			}
-			got, err := swhv1alpha1.EndpointReasonsOf(map[string]string{swhv1alpha1.AnnotationEndpointReasons: value})
+			got, err := EndpointReasonsOf(map[string]string{AnnotationEndpointReasons: value})
 			if err != nil {
 				t.Fatal(err)
 			}
