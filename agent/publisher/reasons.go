@@ -56,7 +56,9 @@ func annotateReasons(desired, existing []discoveryv1.EndpointSlice, why notReady
 				continue
 			}
 			r := reasonOf(c, since)
-			if old, ok := before[port][ep.TargetRef.Name]; ok && old.SameReason(r) {
+			// "pending" is no news: after an agent restart, or an edit
+			// of the probes, the last reason stands until a result.
+			if old, ok := before[port][ep.TargetRef.Name]; ok && (old.SameReason(r) || r.Reason == swhv1alpha1.ReasonPending) {
 				r = old
 			}
 			reasons[ep.TargetRef.Name] = r

@@ -82,6 +82,9 @@ func state(ep EndpointStatus) string {
 		s = "not published"
 	case ep.Ready && ep.Terminating:
 		s = "ready,terminating"
+	case ep.Ready && !ep.Serving:
+		// publishNotReadyAddresses: ready whatever the probes say.
+		s = "ready,not serving"
 	case ep.Ready:
 		s = "ready"
 	case ep.Serving && ep.Terminating:

@@ -99,6 +99,19 @@ func TestSlicesSayWhy(t *testing.T) {
 		t.Errorf("a failure that goes on rewrote its slice: versions %v then %v, %v writes then %v", versions, again, writes, a.sliceWrites(t))
 	}
 
+	// An agent restart: the new agent has no result at first, which is no
+	// news; the reason, its time and the slice stay.
+	a.Stop()
+	a = startAgent(t, nodeA)
+	time.Sleep(3500 * time.Millisecond)
+	reasons, after, err := sliceReasons(ctx, ns, "say")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(after) != fmt.Sprint(versions) || !reasons["say-a"].Since.Time.Equal(first.Since.Time) || reasons["say-a"].Reason != "http-status" {
+		t.Errorf("an agent restart rewrote the slice: versions %v then %v; reason %+v, before %+v", versions, after, reasons["say-a"], first)
+	}
+
 	// A new reason, with no change of the endpoint's conditions.
 	if err := b.http.Stop(); err != nil {
 		t.Fatal(err)
