@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -264,6 +265,38 @@ func (s *sandbox) waitSlices(what string, want map[string]map[string]string) {
 // TestSandbox starts the sandbox, checks the examples' slices, fails and
 // recovers backends, promotes a replica, stops the sandbox with SIGINT and
 // checks that no process, folder, file or port is left.
+// waitAgentPods waits until the agent pods in swh-system are, by node,
+// ready or not as want says.
+func (s *sandbox) waitAgentPods(what string, want map[string]bool) {
+	s.t.Helper()
+	ctx := context.Background()
+	var got map[string]bool
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		pods := &corev1.PodList{}
+		err := s.c.List(ctx, pods, client.InNamespace("swh-system"),
+			client.MatchingLabels{"app.kubernetes.io/name": "swh", "app.kubernetes.io/component": "agent"})
+		if err != nil {
+			s.t.Fatalf("%s: listing the agent pods: %v", what, err)
+		}
+		got = map[string]bool{}
+		for _, p := range pods.Items {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady {
+					got[p.Spec.NodeName] = c.Status == corev1.ConditionTrue
+				}
+			}
+		}
+		if fmt.Sprint(got) == fmt.Sprint(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: agent pods ready by node %v, want %v", what, got, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func TestSandbox(t *testing.T) {
 	s := start(t)
 	ctx := context.Background()
@@ -315,6 +348,14 @@ func TestSandbox(t *testing.T) {
 			t.Errorf("kubectl get swh,endpointslices -A: %v\n%s", err, out)
 		}
 	}
+
+	// Each agent has a pod as the chart's DaemonSet runs it (kubectl swh
+	// reads them); stopping an agent turns its pod not ready.
+	s.waitAgentPods("at start", map[string]bool{"node-1": true, "node-2": true, "node-3": true})
+	s.subcommand("stop-agent", "node-3")
+	s.waitAgentPods("node-3's agent stopped", map[string]bool{"node-1": true, "node-2": true, "node-3": false})
+	s.send("start-agent node-3")
+	s.waitAgentPods("node-3's agent started again", map[string]bool{"node-1": true, "node-2": true, "node-3": true})
 
 	// A deleted pod is published as terminating (not ready, still serving)
 	// during its grace period.

@@ -36,6 +36,9 @@ const commandHelp = `commands (type one in the live view and press Enter, or run
   drain NODE           cordon the node and delete its pods
   uncordon NODE        make a drained node schedulable again
   delete-node NODE     delete the node: its agent stops, its pods go
+  stop-agent NODE      stop the node's agent: its pod (swh-system) turns
+                       not ready, its slices stay as last published
+  start-agent NODE     start a stopped agent again
   help                 this list
   quit                 stop the sandbox (Ctrl-C does the same)`
 
@@ -132,6 +135,14 @@ func (s *sandbox) execute(ctx context.Context, line string) (string, error) {
 			return "", err
 		}
 		return s.uncordon(ctx, args[0])
+	case "stop-agent", "start-agent":
+		if err := want(1, 1); err != nil {
+			return "", err
+		}
+		if verb == "stop-agent" {
+			return s.stopAgent(ctx, args[0])
+		}
+		return s.restartAgent(ctx, args[0])
 	case "delete-node":
 		if err := want(1, 1); err != nil {
 			return "", err
@@ -457,6 +468,10 @@ func (s *sandbox) deleteNode(ctx context.Context, name string) (string, error) {
 		return "", fmt.Errorf("no node %q", name)
 	}
 	n.agent.stop()
+	// As the pod garbage collector does for a deleted node's pods.
+	if err := harness.ForceDeletePod(ctx, s.cp.Client, agentPod(n)); err != nil {
+		progress("WARNING: %v", err)
+	}
 	var removed []string
 	for _, p := range s.pods {
 		if p.node == name && !p.gone {

@@ -173,8 +173,13 @@ func (s *sandbox) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// kubectl swh tells a node's agent is alive by its pod, as the chart's
+	// DaemonSet would run it.
+	if err := harness.EnsureNamespace(ctx, c, agentNamespace); err != nil {
+		return err
+	}
 	for _, n := range s.nodes {
-		if n.agent, err = s.startBinary("swh-agent", "agent-"+n.name, "--node-name="+n.name); err != nil {
+		if err := s.startAgent(ctx, n); err != nil {
 			return err
 		}
 	}
