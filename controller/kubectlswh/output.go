@@ -53,7 +53,7 @@ func writeStatusText(w io.Writer, st Status, now time.Time) error {
 					}
 				}
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portName(p), ep.Pod, dash(ep.Node), state(ep), dash(reason), dash(probe), dash(since), message)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portName(p), ep.Pod, dash(ep.Node), stateColumn(ep), dash(reason), dash(probe), dash(since), message)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -94,10 +94,16 @@ func state(ep EndpointStatus) string {
 	default:
 		s = "not ready"
 	}
-	if ep.Stale {
-		s += " (stale)"
-	}
 	return s
+}
+
+// stateColumn is state with the staleness of an endpoint whose agent is
+// not running.
+func stateColumn(ep EndpointStatus) string {
+	if ep.Stale {
+		return state(ep) + " (stale)"
+	}
+	return state(ep)
 }
 
 func dash(s string) string {

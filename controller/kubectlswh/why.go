@@ -129,7 +129,7 @@ func published(ep EndpointStatus, now time.Time) string {
 		}
 	}
 	if ep.Stale {
-		b.WriteString(" (stale: the node's agent is not running)")
+		b.WriteString("; stale: the node's agent is not running")
 	}
 	return sentence(b.String())
 }
