@@ -71,12 +71,12 @@ func (r notReadyReasons) set(pod types.UID, port string, why cause) {
 func explainNotReady(pod *corev1.Pod, gate endpoints.PortGate, passing endpoints.ProbeSet, last []probes.Result, labels []string) cause {
 	switch {
 	case gate.Port == 0:
-		return cause{causeFailure, "no-target-port", "the port's targetPort names no port of the pod"}
+		return cause{causeFailure, swhv1alpha1.ReasonNoTargetPort, "the port's targetPort names no port of the pod"}
 	case pod.DeletionTimestamp != nil && gate.Verdict(passing, endpoints.PodReady(pod)).Passing:
 		if gate.Probes.Empty() {
-			return cause{causeTerminating, "terminating", "the pod is terminating; it serves while it is Ready"}
+			return cause{causeTerminating, swhv1alpha1.ReasonTerminating, "the pod is terminating; it serves while it is Ready"}
 		}
-		return cause{causeTerminating, "terminating", "the pod is terminating; it serves while its probes pass"}
+		return cause{causeTerminating, swhv1alpha1.ReasonTerminating, "the pod is terminating; it serves while its probes pass"}
 	case gate.Probes.Empty():
 		return cause{causeFailure, codePodNotReady, "no probe checks this port and the pod is not Ready"}
 	}
@@ -99,7 +99,7 @@ func explainNotReady(pod *corev1.Pod, gate endpoints.PortGate, passing endpoints
 		}
 	}
 	if waiting == nil {
-		return cause{causeStart, "pending", "its probes have not passed yet"}
+		return cause{causeStart, swhv1alpha1.ReasonPending, "its probes have not passed yet"}
 	}
 	return *waiting
 }

@@ -56,9 +56,11 @@ func annotateReasons(desired, existing []discoveryv1.EndpointSlice, why notReady
 				continue
 			}
 			r := reasonOf(c, since)
-			// "pending" is no news: after an agent restart, or an edit
-			// of the probes, the last reason stands until a result.
-			if old, ok := before[port][ep.TargetRef.Name]; ok && (old.SameReason(r) || r.Reason == swhv1alpha1.ReasonPending) {
+			// A start state (no result yet, or passing again fewer than
+			// successThreshold times) is no news: after an agent restart
+			// or an edit of the probes, the last reason stands until a
+			// verdict, which costs no write in between.
+			if old, ok := before[port][ep.TargetRef.Name]; ok && (old.SameReason(r) || c.kind == causeStart) {
 				r = old
 			}
 			reasons[ep.TargetRef.Name] = r

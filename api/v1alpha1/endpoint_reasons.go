@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -126,11 +127,14 @@ func (r EndpointReasons) Encode() (string, error) {
 	if len(r) == 0 {
 		return "", nil
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	// Messages quote servers' answers: <, > and & stay one byte each.
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(r); err != nil {
 		return "", fmt.Errorf("encoding endpoint reasons: %w", err)
 	}
-	return string(b), nil
+	return strings.TrimSuffix(b.String(), "\n"), nil
 }
 
 // EncodeBounded encodes reasons within limit bytes: whole if they fit,

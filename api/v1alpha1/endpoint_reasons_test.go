@@ -31,7 +31,8 @@ func TestEncodeBounded(t *testing.T) {
 		messageLen    int
 	}{
 		{"100 endpoints keep their messages", 100, 40, 100, MaxReasonMessageBytes},
-		{"1000 short names: messages shortened", 1000, 20, 1000, 64},
+		{"600 short names: messages shortened", 600, 20, 600, 64},
+		{"1000 short names: no messages", 1000, 20, 1000, 0},
 		{"300 long names: messages shortened", 300, 253, 300, 64},
 		{"380 long names: no messages", 380, 253, 380, 0},
 		{"1000 longest names: the last pods left out", 1000, 253, -1, 0},
@@ -55,8 +56,8 @@ func TestEncodeBounded(t *testing.T) {
 				t.Errorf("%d of %d pods kept, want some left out", len(got), tc.pods)
 			}
 			for pod, r := range got {
-				if len(r.Message) > tc.messageLen || r.Reason != "timeout" || r.Probe == nil {
-					t.Fatalf("%s: %+v (message of %d bytes, want at most %d)", pod, r, len(r.Message), tc.messageLen)
+				if len(r.Message) != tc.messageLen || r.Reason != "timeout" || r.Probe == nil {
+					t.Fatalf("%s: %+v (message of %d bytes, want %d)", pod, r, len(r.Message), tc.messageLen)
 				}
 			}
 			if tc.wantPods < 0 {

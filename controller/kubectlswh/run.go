@@ -70,12 +70,15 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "kubectl-swh"
+	// A few reads per node of the resource's pods: client-go's default
+	// 5 per second would take a minute on a large cluster.
+	cfg.QPS, cfg.Burst = 50, 100
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
+		return fmt.Errorf("registering the Kubernetes types: %w", err)
 	}
 	if err := swhv1alpha1.AddToScheme(scheme); err != nil {
-		return err
+		return fmt.Errorf("registering the swh types: %w", err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {

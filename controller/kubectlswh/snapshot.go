@@ -32,7 +32,9 @@ type Snapshot struct {
 	NodeErrors map[string]error
 	// Agents are the agent pods, by node name.
 	Agents map[string]*corev1.Pod
-	// AgentsError is why the agent pods could not be listed, if so.
+	// AgentsError is why the agent pods are unknown: they could not be
+	// listed, or no pod matched at all (a wrong namespace or selector).
+	// Nothing is then said stale or unpublished for want of an agent.
 	AgentsError error
 }
 
@@ -72,6 +74,13 @@ func Read(ctx context.Context, c client.Reader, ns, name string, agents AgentLoc
 	}
 	s.Slices = slices.Items
 
+	// One list when allowed; one read per node of the pods otherwise.
+	nodes := &corev1.NodeList{}
+	if err := c.List(ctx, nodes); err == nil {
+		for i := range nodes.Items {
+			s.Nodes[nodes.Items[i].Name] = &nodes.Items[i]
+		}
+	}
 	for i := range s.Pods {
 		node := s.Pods[i].Spec.NodeName
 		if node == "" || s.Nodes[node] != nil || s.NodeErrors[node] != nil {
@@ -85,23 +94,57 @@ func Read(ctx context.Context, c client.Reader, ns, name string, agents AgentLoc
 		s.Nodes[node] = n
 	}
 	agentPods := &corev1.PodList{}
-	if err := c.List(ctx, agentPods, client.InNamespace(agents.Namespace), client.MatchingLabelsSelector{Selector: agents.Selector}); err != nil {
-		s.AgentsError = err
-	} else {
-		for i := range agentPods.Items {
-			p := &agentPods.Items[i]
-			if p.Spec.NodeName == "" {
-				continue
-			}
-			// Of two (a rollout), the Ready one tells whether the node
-			// has a working agent.
-			if old := s.Agents[p.Spec.NodeName]; old == nil || (!podReady(old) && podReady(p)) {
-				s.Agents[p.Spec.NodeName] = p
-			}
+	switch err := c.List(ctx, agentPods, client.InNamespace(agents.Namespace), client.MatchingLabelsSelector{Selector: agents.Selector}); {
+	case err != nil:
+		s.AgentsError = fmt.Errorf("listing the agent pods in namespace %s: %w", agents.Namespace, err)
+	case len(agentPods.Items) == 0:
+		s.AgentsError = fmt.Errorf("no pod in namespace %s matches {%s} (set --agent-namespace and --agent-selector to the chart's release)", agents.Namespace, agents.Selector)
+	}
+	for i := range agentPods.Items {
+		p := &agentPods.Items[i]
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		// Of two (a rollout), the Ready one, else the one not being
+		// deleted, tells whether the node has a working agent.
+		if old := s.Agents[p.Spec.NodeName]; old == nil || agentRank(p) > agentRank(old) {
+			s.Agents[p.Spec.NodeName] = p
 		}
 	}
 	return s, nil
 }
+
+func agentRank(p *corev1.Pod) int {
+	rank := 0
+	if podReady(p) {
+		rank += 2
+	}
+	if p.DeletionTimestamp == nil {
+		rank++
+	}
+	return rank
+}
+
+// agentState says whether the agent of a node runs: "ready", "not-ready",
+// "absent", or "unknown" when the agent pods are unknown.
+func (s *Snapshot) agentState(node string) string {
+	switch a := s.Agents[node]; {
+	case s.AgentsError != nil:
+		return agentUnknown
+	case a == nil:
+		return agentAbsent
+	case podReady(a):
+		return agentReady
+	}
+	return agentNotReady
+}
+
+const (
+	agentReady    = "ready"
+	agentNotReady = "not-ready"
+	agentAbsent   = "absent"
+	agentUnknown  = "unknown"
+)
 
 func podReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {

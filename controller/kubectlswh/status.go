@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
 )
 
 // Status is the report of `kubectl swh status`, also its JSON and YAML.
@@ -73,6 +74,9 @@ type NodeStatus struct {
 	// Agent is the agent pod of the node; "" when there is none.
 	Agent      string `json:"agent,omitempty"`
 	AgentReady bool   `json:"agentReady"`
+	// AgentState is "ready", "not-ready", "absent", or "unknown" when
+	// the agent pods could not be found (see the note).
+	AgentState string `json:"agentState"`
 	// Note says what it means for traffic, when something is wrong.
 	Note string `json:"note,omitempty"`
 }
@@ -100,8 +104,8 @@ func BuildStatus(s *Snapshot) Status {
 		for i := range s.Pods {
 			pod := &s.Pods[i]
 			ep := s.endpoint(pod, port.Name, probeNames)
-			ep.Stale = ep.Published && !nodes[pod.Spec.NodeName].AgentReady
-			if ep.Ready {
+			ep.Stale = ep.Published && agentDown(nodes[pod.Spec.NodeName].AgentState)
+			if s.receives(ep) {
 				ps.Ready++
 			} else {
 				readyEverywhere[pod.Name] = false
@@ -119,8 +123,26 @@ func BuildStatus(s *Snapshot) Status {
 		st.Nodes = append(st.Nodes, nodes[name])
 	}
 	st.Summary = summary(&st)
+	if s.Service != nil && s.Service.Spec.PublishNotReadyAddresses {
+		st.Summary += "; the Service publishes not-ready addresses: counted as ready are the pods serving"
+	}
+	if s.AgentsError != nil {
+		st.Summary += "; agents unknown: " + s.AgentsError.Error()
+	}
 	return st
 }
+
+// receives reports whether an endpoint gets new traffic: ready, or, when
+// the Service publishes not-ready addresses (every endpoint ready),
+// serving and not terminating.
+func (s *Snapshot) receives(ep EndpointStatus) bool {
+	if s.Service != nil && s.Service.Spec.PublishNotReadyAddresses {
+		return ep.Serving && !ep.Terminating
+	}
+	return ep.Ready
+}
+
+func agentDown(state string) bool { return state == agentNotReady || state == agentAbsent }
 
 func summary(st *Status) string {
 	var b strings.Builder
@@ -156,34 +178,41 @@ func (s *Snapshot) ports() []corev1.ServicePort {
 	return out
 }
 
-// endpoint finds pod in the slices of port, with its reason.
+// endpoint finds pod in the agents' slices of port (of both address
+// families: ready when every one is), with its reason.
 func (s *Snapshot) endpoint(pod *corev1.Pod, port string, probeNames []string) EndpointStatus {
-	ep := EndpointStatus{Pod: pod.Name, Node: pod.Spec.NodeName}
+	ep := EndpointStatus{Pod: pod.Name, Node: pod.Spec.NodeName, Ready: true, Serving: true}
 	for i := range s.Slices {
 		sl := &s.Slices[i]
-		if slicePort(sl) != port {
+		if slicePort(sl) != port || sl.Labels[discoveryv1.LabelManagedBy] != endpoints.DefaultManagedBy {
 			continue
 		}
 		for _, e := range sl.Endpoints {
-			if e.TargetRef == nil || e.TargetRef.Name != pod.Name {
+			if e.TargetRef == nil || e.TargetRef.Name != pod.Name || (e.TargetRef.UID != "" && e.TargetRef.UID != pod.UID) {
 				continue
 			}
 			ep.Published = true
-			ep.Ready = e.Conditions.Ready == nil || *e.Conditions.Ready
-			ep.Serving = e.Conditions.Serving == nil || *e.Conditions.Serving
-			ep.Terminating = e.Conditions.Terminating != nil && *e.Conditions.Terminating
+			ep.Ready = ep.Ready && (e.Conditions.Ready == nil || *e.Conditions.Ready)
+			ep.Serving = ep.Serving && (e.Conditions.Serving == nil || *e.Conditions.Serving)
+			ep.Terminating = ep.Terminating || (e.Conditions.Terminating != nil && *e.Conditions.Terminating)
+			if ep.Reason != nil {
+				continue
+			}
 			if reasons, err := swhv1alpha1.EndpointReasonsOf(sl.Annotations); err == nil {
 				if r, ok := reasons[pod.Name]; ok {
 					ep.Reason = reasonFrom(r, probeNames)
 				}
 			}
-			if ep.Reason == nil && !ep.Ready {
-				ep.Reason = &Reason{Reason: "unknown", Message: "the slice records no reason (an agent older than the reasons annotation?)"}
-			}
-			return ep
 		}
 	}
-	ep.Reason = &Reason{Reason: ReasonNotPublished, Message: s.notPublished(pod, port)}
+	if !ep.Published {
+		ep.Ready, ep.Serving = false, false
+		ep.Reason = &Reason{Reason: ReasonNotPublished, Message: s.notPublished(pod, port)}
+		return ep
+	}
+	if ep.Reason == nil && !s.receives(ep) {
+		ep.Reason = &Reason{Reason: "unknown", Message: "the slice records no reason (written by an agent older than the reasons annotation, or left out of a slice of many failing endpoints)"}
+	}
 	return ep
 }
 
@@ -204,14 +233,14 @@ func (s *Snapshot) notPublished(pod *corev1.Pod, port string) string {
 			return fmt.Sprintf("the port's targetPort %q names no port of the pod", p.TargetPort.StrVal)
 		}
 	}
-	if a := s.Agents[pod.Spec.NodeName]; a == nil || !podReady(a) {
+	if agentDown(s.agentState(pod.Spec.NodeName)) {
 		return fmt.Sprintf("the agent of node %s is not running, so nothing publishes the pod", pod.Spec.NodeName)
 	}
 	return fmt.Sprintf("the agent of node %s has not published it yet", pod.Spec.NodeName)
 }
 
 func (s *Snapshot) nodeStatus(name string) NodeStatus {
-	ns := NodeStatus{Name: name, Ready: "Unknown"}
+	ns := NodeStatus{Name: name, Ready: "no Ready condition", AgentState: s.agentState(name)}
 	if err := s.NodeErrors[name]; err != nil {
 		ns.Ready = "unreadable: " + err.Error()
 	} else if n := s.Nodes[name]; n != nil {
@@ -226,7 +255,7 @@ func (s *Snapshot) nodeStatus(name string) NodeStatus {
 	}
 	switch {
 	case s.AgentsError != nil:
-		ns.Note = "agent pods could not be listed: " + s.AgentsError.Error()
+		// Said once, in the summary.
 	case ns.Agent == "":
 		ns.Note = "no agent pod on this node: its pods are published by nobody, and what was published stays"
 	case !ns.AgentReady:
@@ -243,7 +272,7 @@ func reasonFrom(r swhv1alpha1.EndpointReason, probeNames []string) *Reason {
 		since := r.Since
 		out.Since = &since
 	}
-	if r.Probe != nil && int(*r.Probe) < len(probeNames) {
+	if r.Probe != nil && *r.Probe >= 0 && int(*r.Probe) < len(probeNames) {
 		out.ProbeName = probeNames[*r.Probe]
 	}
 	return out

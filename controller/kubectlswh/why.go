@@ -21,7 +21,11 @@ func Why(s *Snapshot, pod *corev1.Pod, now time.Time) []string {
 	var out []string
 	say := func(format string, args ...any) { out = append(out, sentence(fmt.Sprintf(format, args...))) }
 	selector := labels.SelectorFromSet(r.Spec.Selector)
-	if len(r.Spec.Selector) == 0 || !selector.Matches(labels.Set(pod.Labels)) {
+	if len(r.Spec.Selector) == 0 {
+		say("%s/%s has no selector: it selects no pod, and its endpoints are whatever someone else writes", r.Namespace, r.Name)
+		return out
+	}
+	if !selector.Matches(labels.Set(pod.Labels)) {
 		say("pod %s does not match the selector {%s} of %s/%s: it gets no traffic from it", pod.Name, selector, r.Namespace, r.Name)
 		return out
 	}
@@ -44,11 +48,11 @@ func Why(s *Snapshot, pod *corev1.Pod, now time.Time) []string {
 	case "False", "Unknown":
 		say("it runs on node %s, whose Ready condition is %s: the controller (and the agent, if alive) withdraw the node's endpoints, so it gets no traffic", node.Name, node.Ready)
 	default:
-		say("it runs on node %s, whose state is %s", node.Name, node.Ready)
+		say("it runs on node %s (Ready: %s)", node.Name, node.Ready)
 	}
 	switch {
 	case s.AgentsError != nil:
-		say("the agent pods could not be listed (%v)", s.AgentsError)
+		say("whether the agent of node %s runs is unknown: %v", node.Name, s.AgentsError)
 	case node.Agent == "":
 		say("no agent pod runs on node %s: nothing probes or publishes its pods, and what was published stays", node.Name)
 	case node.AgentReady:
@@ -108,7 +112,7 @@ func Why(s *Snapshot, pod *corev1.Pod, now time.Time) []string {
 			say("%s → pod port %d%s: gated by %s, %s", label, gate.Port, resolved, strings.Join(gating, " and "), must)
 		}
 		ep := s.endpoint(pod, port.Name, names)
-		ep.Stale = ep.Published && !node.AgentReady
+		ep.Stale = ep.Published && agentDown(node.AgentState)
 		out = append(out, "  "+published(ep, now))
 	}
 	return out

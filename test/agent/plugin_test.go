@@ -26,10 +26,12 @@ import (
 // built-in "view" role, made of the roles aggregated into it (this suite
 // runs no aggregation controller, so they are bound directly), the
 // chart's included, and reading nodes.
-func operatorKubeconfig(t *testing.T) string {
+// With namespace set, the operator holds the same roles in that namespace
+// only (RoleBindings), and cannot read nodes.
+func operatorKubeconfig(t *testing.T, namespace string) string {
 	t.Helper()
 	ctx := context.Background()
-	user := "operator-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	user := "operator-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + "-" + namespace
 	path := filepath.Join(t.TempDir(), "operator.kubeconfig")
 	if err := controlPlane.WriteUserKubeconfig(path, user); err != nil {
 		t.Fatal(err)
@@ -50,18 +52,24 @@ func operatorKubeconfig(t *testing.T) string {
 	if viewRole == "" {
 		t.Fatal("the chart has no ClusterRole aggregated into view")
 	}
-	nodes := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user + "-nodes"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}}
-	if err := controlPlane.Client.Create(ctx, nodes); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = controlPlane.Client.Delete(context.Background(), nodes) })
 	// "view" aggregates system:aggregate-to-view and the chart's role.
-	for _, role := range []string{"system:aggregate-to-view", viewRole, nodes.Name} {
-		b := &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: user + "-" + role},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	roles := []string{"system:aggregate-to-view", viewRole}
+	if namespace == "" {
+		nodes := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user + "-nodes"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get"}}}}
+		if err := controlPlane.Client.Create(ctx, nodes); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = controlPlane.Client.Delete(context.Background(), nodes) })
+		roles = append(roles, nodes.Name)
+	}
+	for _, role := range roles {
+		meta := metav1.ObjectMeta{Name: user + "-" + role, Namespace: namespace}
+		ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}
+		subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}
+		var b client.Object = &rbacv1.ClusterRoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}
+		if namespace != "" {
+			b = &rbacv1.RoleBinding{ObjectMeta: meta, RoleRef: ref, Subjects: subjects}
 		}
 		if err := controlPlane.Client.Create(ctx, b); err != nil {
 			t.Fatal(err)
@@ -131,7 +139,7 @@ func TestKubectlSwh(t *testing.T) {
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := operatorKubeconfig(t)
+	kubeconfig := operatorKubeconfig(t, "")
 
 	var st kubectlswh.Status
 	harness.Eventually(t, 20*time.Second, "shop-a out of web with its probe's reason", func() error {
@@ -200,7 +208,19 @@ func TestKubectlSwh(t *testing.T) {
 		}
 	}
 
-	// Recovery: the reason is gone within a period (1 s) of the verdict.
+	// An operator with view in the resource's namespace only: no nodes,
+	// no agent pods. Said so, and nothing is called stale for it.
+	local := operatorKubeconfig(t, ns)
+	limited, err := pluginStatus(t, local, agentNS, ns, "shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep, _ := endpointOf(limited, "web", "shop-b"); !ep.Ready || ep.Stale ||
+		!strings.Contains(limited.Summary, "agents unknown") || !strings.HasPrefix(limited.Nodes[0].Ready, "unreadable") {
+		t.Errorf("with view in %s only: summary %q, nodes %+v, shop-b %+v", ns, limited.Summary, limited.Nodes, ep)
+	}
+
+	// Recovery: the reason goes with the verdict, in the same write.
 	failing.http.SetStatus(http.StatusOK)
 	start := time.Now()
 	harness.Eventually(t, 10*time.Second, "shop-a ready on web, no reason", func() error {
@@ -208,7 +228,11 @@ func TestKubectlSwh(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if ep, _ := endpointOf(st, "web", "shop-a"); !ep.Ready || ep.Reason != nil {
+		ep, _ := endpointOf(st, "web", "shop-a")
+		if ep.Ready && ep.Reason != nil {
+			t.Errorf("shop-a ready with a reason left: %+v", ep.Reason)
+		}
+		if !ep.Ready || ep.Reason != nil {
 			return fmt.Errorf("%+v", ep)
 		}
 		return nil

@@ -36,6 +36,23 @@ func sliceReasons(ctx context.Context, ns, name string) (swhv1alpha1.EndpointRea
 	return out, versions, nil
 }
 
+// probeResults sums the agent's probe results.
+func (a *agent) probeResults(t testing.TB) float64 {
+	families, err := a.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() == "swh_agent_probe_results_total" {
+			for _, m := range f.GetMetric() {
+				total += counterValue(m)
+			}
+		}
+	}
+	return total
+}
+
 // waitReason waits until pod's reason is want (no entry when want is ""),
 // and returns it.
 func waitReason(t *testing.T, ns, name, pod, want string) swhv1alpha1.EndpointReason {
@@ -103,7 +120,14 @@ func TestSlicesSayWhy(t *testing.T) {
 	// news; the reason, its time and the slice stay.
 	a.Stop()
 	a = startAgent(t, nodeA)
-	time.Sleep(3500 * time.Millisecond)
+	// Two results of the new agent's probe, then a period more.
+	harness.Eventually(t, 20*time.Second, "the restarted agent's first results", func() error {
+		if n := a.probeResults(t); n < 2 {
+			return fmt.Errorf("%v results", n)
+		}
+		return nil
+	})
+	time.Sleep(time.Second)
 	reasons, after, err := sliceReasons(ctx, ns, "say")
 	if err != nil {
 		t.Fatal(err)

@@ -71,6 +71,11 @@ func TestChartVariants(t *testing.T) {
 	if len(namespaces) != 1 || namespaces[0] != ns || len(endpoints) != 1 || endpoints[0].(map[string]any)["port"] != "metrics" {
 		t.Errorf("ServiceMonitor namespaces %v, endpoints %v: want %s and the metrics port", namespaces, endpoints, ns)
 	}
+	// Without it, Prometheus renames the gauge's namespace label to
+	// exported_namespace and the dashboard merges namespaces.
+	if len(endpoints) == 1 && endpoints[0].(map[string]any)["honorLabels"] != true {
+		t.Errorf("ServiceMonitor endpoint %v: want honorLabels: true (the resource gauge's namespace label)", endpoints[0])
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -1,8 +1,8 @@
 // Command kubectl-swh is the kubectl plugin of swh: `kubectl swh status
 // NAME` and `kubectl swh why NAME POD` tell which pod receives traffic on
-// which port of a ServiceWithHealthchecks, and why not. Install it on the
-// PATH (go install github.com/swh-dev/swh/controller/cmd/kubectl-swh@latest)
-// and kubectl finds it.
+// which port of a ServiceWithHealthchecks, and why not. Put it on the PATH
+// (from a clone: cd controller && go install ./cmd/kubectl-swh) and kubectl
+// finds it.
 package main
 
 import (
