@@ -88,7 +88,7 @@ bench-controller: tools build ## Scale check: 1,000 resources at once; time to s
 
 
 .PHONY: bench-agent
-bench-agent: tools build ## Agent reaction time, slice writes per change and footprint, with real backends (figures for issue 6).
+bench-agent: tools build ## Agent reaction time, slice writes per change and footprint, with real backends.
 	@cd test && go test -c -o $(BIN)/agent.test ./agent/
 	@hack/netns.sh bash -c 'cd test/agent && $(BIN)/agent.test -test.run "^$$" -test.bench BenchmarkAgent -test.benchtime 1x'
 
@@ -110,7 +110,7 @@ e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) ca
 # The run happens in a private network namespace (hack/netns.sh): its load on
 # 127.0.0.1, and the TIME_WAIT sockets it counts, are its own.
 .PHONY: bench-probes
-bench-probes: ## Probers and scheduler side by side with kubelet's and raw baselines (figures for issue 3).
+bench-probes: ## Probers and scheduler side by side with kubelet's and raw baselines.
 	@mkdir -p $(BIN)
 	@cd test/peers && go build -o $(BIN)/swh-bench-probes .
 	@hack/netns.sh $(BIN)/swh-bench-probes

@@ -28,7 +28,8 @@ func briefs(ss []discoveryv1.EndpointSlice) []string {
 	return out
 }
 
-// TestBuild walks the cases of DESIGN.md §1 "EndpointSlices" and issue 4.
+// TestBuild walks the cases of docs/concepts.md, "EndpointSlices: names and
+// contents": names, suffixes, ports, labels, conditions and families.
 func TestBuild(t *testing.T) {
 	http := svcPort("http", 80, num(8080))
 	smtp := svcPort("smtp", 25, num(2525))
@@ -217,7 +218,8 @@ func TestBuild(t *testing.T) {
 	}
 }
 
-// TestBuildObject checks every field of one slice against DESIGN.md §1.
+// TestBuildObject checks every field of one slice against the table of
+// docs/concepts.md, "EndpointSlices: names and contents".
 func TestBuildObject(t *testing.T) {
 	svc := testService(svcPort("http", 80, num(8080)))
 	svc.Ports[0].AppProtocol = new("kubernetes.io/h2c")

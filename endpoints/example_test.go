@@ -36,7 +36,7 @@ func examplePod(name, ip string, ready bool) *corev1.Pod {
 	}
 }
 
-// The virtual machine of the product statement: a web server and an SMTP
+// A virtual machine in a pod (docs/design.md): a web server and an SMTP
 // server in one pod, each port gated by its own probe, plus a health port
 // that gates both.
 func ExampleNewGrouping() {

@@ -9,9 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// TestGroupingRules walks the rules of the product statement ("Probes are
-// grouped by the port they check…" and "The targetPort of a probe
-// decides…") and of DESIGN.md §1, each case naming the rule it checks.
+// TestGroupingRules walks the grouping rules of docs/concepts.md ("Which
+// pods, which ports": probes are grouped by the port they check, and a
+// probe's targetPort decides which), each case naming the rule it checks.
 func TestGroupingRules(t *testing.T) {
 	http := svcPort("http", 80, num(8080))
 	smtp := svcPort("smtp", 25, num(2525))

@@ -78,8 +78,8 @@ func TestInferPassed(t *testing.T) {
 	}{
 		{"nothing published: every probe starts failed", nil, []bool{false, false, false}},
 		{"all serving", map[string]bool{"web": true, "smtp": true}, []bool{true, true, true}},
-		// Case (a) of issue 12: web fails its own probe, smtp passes the
-		// pod-wide one.
+		// web not serving while smtp, gated by the pod-wide probe too,
+		// serves: the pod-wide probe passed; web's own probes start failed.
 		{"web failing, smtp serving: the pod-wide probe passed", map[string]bool{"web": false, "smtp": true}, []bool{false, true, false}},
 		{"web serving implies every probe gating it passed", map[string]bool{"web": true}, []bool{true, true, true}},
 		{"published on no port serving", map[string]bool{"web": false, "smtp": false}, []bool{false, false, false}},

@@ -49,9 +49,8 @@ var webAndSMTP = []swhv1alpha1.ServicePort{
 	{Name: "smtp", Port: 25, TargetPort: intstr.FromString("smtp")},
 }
 
-// TestPortSpecificProbeGatesItsPortOnly: the product statement's "a pod
-// that fails the probes of one balancer is still published by the others",
-// within one resource and across two nodes.
+// TestPortSpecificProbeGatesItsPortOnly: a pod that fails the probes of one
+// port is still published on the others, within one resource and across two nodes.
 func TestPortSpecificProbeGatesItsPortOnly(t *testing.T) {
 	startAgent(t, nodeA)
 	startAgent(t, nodeB)
@@ -140,8 +139,8 @@ func TestTwoProbesOnOnePortAreBothRequired(t *testing.T) {
 	waitPublished(t, ns, "both", map[string]string{"both-node-a": "both-a:FFF"})
 }
 
-// TestWebAndSMTPBalancersOnOnePod is the product statement's virtual machine
-// example: two resources, web (HTTP probe) and smtp (TCP probe), select the
+// TestWebAndSMTPBalancersOnOnePod is the virtual machine example
+// (docs/examples/vm-web-smtp.yaml): two resources, web (HTTP probe) and smtp (TCP probe), select the
 // same pod and fail independently.
 func TestWebAndSMTPBalancersOnOnePod(t *testing.T) {
 	startAgent(t, nodeA)

@@ -45,7 +45,7 @@ func credentials(t *testing.T, ns, name string, pg *harness.Postgres) {
 	}
 }
 
-// TestDatabaseReadWrite is the product statement's database example on a
+// TestDatabaseReadWrite is the database example (docs/examples/database.yaml) on a
 // real primary and streaming replica: db-write follows the primary through
 // a promotion, db-read spreads over every healthy member.
 func TestDatabaseReadWrite(t *testing.T) {

@@ -70,7 +70,7 @@ func TestManifestsApplyDryRun(t *testing.T) {
 		t.Errorf("the API server warned:\n%s", strings.Join(w.seen, "\n"))
 	}
 
-	// Every kind the issue asks for is there, once per binary where it applies.
+	// Every kind an installation needs is there, once per binary where it applies.
 	kinds := map[string]int{}
 	for _, o := range objs {
 		kinds[o.GetKind()]++
@@ -94,8 +94,10 @@ func TestManifestsApplyDryRun(t *testing.T) {
 	}
 }
 
-// TestManifestsWorkloads checks what the issue asks of the Deployment and
-// the DaemonSet, beyond what the API server validates.
+// TestManifestsWorkloads checks what production needs of the Deployment
+// (replicas, spread, disruption budget, leader election) and the DaemonSet
+// (every taint tolerated, node-critical priority, no host network), beyond
+// what the API server validates.
 func TestManifestsWorkloads(t *testing.T) {
 	objs := manifests(t)
 	deploy := &appsv1.Deployment{}

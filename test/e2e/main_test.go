@@ -1,4 +1,4 @@
-// Package e2e shows the product statement through the real data path:
+// Package e2e shows the documented behaviour through the real data path:
 // upstream kube-proxy (nftables or iptables mode) and kube-controller-manager,
 // our controller and one agent per node, three node namespaces with routed
 // pod namespaces running real HTTP, TCP and PostgreSQL backends, and clients

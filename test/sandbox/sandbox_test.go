@@ -1,7 +1,7 @@
 // Package sandbox_test drives the local sandbox (`make run`, command
 // swh-sandbox) end to end without a terminal: it starts the program, reaches
 // its API server through the forwarded host port with the kubeconfig it
-// writes, checks the slices of the product statement's examples, acts on
+// writes, checks the slices of the documented examples, acts on
 // the backends through stdin and through subcommands, stops it with SIGINT
 // and checks that nothing is left behind.
 package sandbox_test

@@ -1,7 +1,7 @@
 // Command swh-sandbox runs the local sandbox (`make run`): a real
 // kube-apiserver and etcd with the ServiceWithHealthchecks CRD, the
 // controller, one agent for each of three simulated nodes, and workloads
-// that show the product statement's examples on real backends (PostgreSQL
+// that show the documented examples on real backends (PostgreSQL
 // primary and replicas behind db-read and db-write, web and smtp on one pod,
 // a pod-wide health port). Everything runs inside a private network and PID
 // namespace; kubectl on the host reaches the API server through a port the

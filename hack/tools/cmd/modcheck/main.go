@@ -1,4 +1,4 @@
-// Command modcheck enforces the module rules of DESIGN.md §2 across the
+// Command modcheck enforces the module rules of docs/design.md across the
 // repository: the dependency direction between swh modules, the short list
 // of what each library module may require, and one version of every
 // dependency shared by two product modules.
@@ -111,7 +111,7 @@ func checkModule(root string, r rule, mod *goMod) []string {
 		for _, f := range r.forbidden {
 			if strings.HasPrefix(module, f) && !seen[module] {
 				seen[module] = true
-				problems = append(problems, fmt.Sprintf("%s builds %s from %s, which DESIGN.md §2 forbids", r.dir, pkg, module))
+				problems = append(problems, fmt.Sprintf("%s builds %s from %s, which the module rules forbid (docs/design.md#modules)", r.dir, pkg, module))
 			}
 		}
 	}
