@@ -1,7 +1,8 @@
 // Package docs_test keeps docs/ in step with the code: the names the
 // documentation states (metrics, flags, reasons, event reasons, example
 // files) must exist in the source, and the library snippets must be the
-// Example functions they are copied from. It needs no cluster.
+// Example functions they are copied from; and the repository must stand
+// alone, pointing at no file a clone does not have. It needs no cluster.
 package docs_test
 
 import (
