@@ -53,11 +53,16 @@ type HTTPConfig struct {
 	// port. Empty means the target address, as Kubernetes probes do. A
 	// "Host" entry in Headers is the same as setting this field.
 	Host string
-	// Headers are extra request headers. A User-Agent here replaces the
-	// default "swh-probe/<version>"; an Accept replaces "*/*".
-	// Connection, Content-Length and Transfer-Encoding are refused: the
-	// prober controls them.
+	// Headers are extra request headers. A User-Agent here replaces
+	// UserAgent; an Accept replaces "*/*". Connection, Content-Length and
+	// Transfer-Encoding are refused: the prober controls them.
 	Headers []Header
+	// UserAgent is the User-Agent sent when Headers has none, for a program
+	// that knows its own version (the swh agent sends "swh-probe/<agent
+	// version>"). Empty means "swh-probe/<version>" with this module's
+	// version as the binary records it: "dev" in a build where the go
+	// command does not know it (a go.work workspace).
+	UserAgent string
 	// ExpectedStatusCodes are the statuses that pass, in the syntax of
 	// ParseStatusCodes ("200-399", "204"). Empty means 200-399. Redirects
 	// are never followed; a 3xx is judged like any other status.
@@ -125,7 +130,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPProber, error) {
 	}
 	p.url = url.URL{Scheme: scheme, Path: target.Path, RawPath: target.RawPath, RawQuery: target.RawQuery}
 
-	p.header, p.host, err = buildHeader(cfg.Headers, cfg.Host)
+	p.header, p.host, err = buildHeader(cfg.Headers, cfg.Host, cfg.UserAgent)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +228,13 @@ func parseHost(h string) (header, serverName string, err error) {
 	return h, host, nil
 }
 
-func buildHeader(fields []Header, host string) (http.Header, string, error) {
+func buildHeader(fields []Header, host, userAgent string) (http.Header, string, error) {
+	if strings.ContainsAny(userAgent, "\r\n\x00") {
+		return nil, "", errors.New("probes: http: UserAgent holds CR, LF or NUL")
+	}
+	if userAgent == "" {
+		userAgent = defaultUserAgent()
+	}
 	h := make(http.Header, len(fields)+2)
 	for _, f := range fields {
 		if !isToken(f.Name) {
@@ -246,7 +257,7 @@ func buildHeader(fields []Header, host string) (http.Header, string, error) {
 		h.Add(name, f.Value)
 	}
 	if _, ok := h["User-Agent"]; !ok {
-		h.Set("User-Agent", userAgent())
+		h.Set("User-Agent", userAgent)
 	}
 	if _, ok := h["Accept"]; !ok {
 		h.Set("Accept", "*/*")

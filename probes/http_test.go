@@ -240,6 +240,17 @@ func TestHTTPRequest(t *testing.T) {
 				t.Errorf("headers %v", r.Header)
 			}
 
+			// A program that knows its version (the agent) sets the default;
+			// a User-Agent among the headers still wins.
+			r = probe(HTTPConfig{Path: "/echo", UserAgent: "swh-probe/v9.8.7"})
+			if ua := r.Header.Get("User-Agent"); ua != "swh-probe/v9.8.7" {
+				t.Errorf("User-Agent %q, want UserAgent's swh-probe/v9.8.7", ua)
+			}
+			r = probe(HTTPConfig{Path: "/echo", UserAgent: "swh-probe/v9.8.7", Headers: []Header{{Name: "user-agent", Value: "custom/2"}}})
+			if ua := r.Header.Get("User-Agent"); ua != "custom/2" {
+				t.Errorf("User-Agent %q, want the header's custom/2", ua)
+			}
+
 			r = probe(HTTPConfig{Path: "/echo", Headers: []Header{{Name: "host", Value: "[::1]"}}})
 			if r.Host != "[::1]" {
 				t.Errorf("Host from Headers %q", r.Host)
@@ -384,6 +395,7 @@ func TestHTTPConfigErrors(t *testing.T) {
 		{"header name", HTTPConfig{Headers: []Header{{Name: "Bad Name", Value: "x"}}}},
 		{"empty header name", HTTPConfig{Headers: []Header{{Name: "", Value: "x"}}}},
 		{"header value", HTTPConfig{Headers: []Header{{Name: "X-A", Value: "a\r\nX-Injected: 1"}}}},
+		{"user agent", HTTPConfig{UserAgent: "swh-probe/1\r\nX-Injected: 1"}},
 		{"Host twice", HTTPConfig{Host: "a.test", Headers: []Header{{Name: "Host", Value: "b.test"}}}},
 		{"Connection header", HTTPConfig{Headers: []Header{{Name: "connection", Value: "keep-alive"}}}},
 		{"Content-Length header", HTTPConfig{Headers: []Header{{Name: "Content-Length", Value: "1"}}}},

@@ -4,9 +4,10 @@ import "runtime/debug"
 
 const modulePath = "github.com/swh-dev/swh/probes"
 
-// userAgent returns "swh-probe/<version>", the version being this module's as
-// recorded in the binary ("dev" when built from a work tree).
-func userAgent() string {
+// defaultUserAgent returns "swh-probe/<version>", the version being this
+// module's as recorded in the binary ("dev" when built from a work tree);
+// HTTPConfig.UserAgent replaces it.
+func defaultUserAgent() string {
 	return "swh-probe/" + moduleVersion()
 }
 
