@@ -48,6 +48,9 @@ type proberFactory struct {
 	secrets *secretCache
 	// conflicts are the tlsMode conflicts reported (see reportTLSConflicts).
 	conflicts *tlsConflicts
+	// userAgent is the HTTP probes' default User-Agent; the probes
+	// module's own when empty.
+	userAgent string
 }
 
 func newProberFactory(secrets *secretCache) *proberFactory {
@@ -108,6 +111,7 @@ func (f *proberFactory) build(ns string, p *swhv1alpha1.Probe) probes.Prober {
 			Host:                h.Host,
 			ExpectedStatusCodes: h.ExpectedStatusCodes,
 			InsecureSkipVerify:  h.InsecureSkipTLSVerify,
+			UserAgent:           f.userAgent,
 		}
 		if h.CACert != "" {
 			cfg.CACert = []byte(h.CACert)

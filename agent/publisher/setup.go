@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/swh-dev/swh/agent/internal/version"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/probes"
 )
@@ -43,6 +44,9 @@ type Options struct {
 	SecretTTL time.Duration
 	// SkipNameValidation lets one process run several agents (tests).
 	SkipNameValidation bool
+	// UserAgent is sent by HTTP probes whose headers have none;
+	// "swh-probe/<the agent's version>" when empty.
+	UserAgent string
 }
 
 // SetupWithManager creates the probe scheduler, registers it with the
@@ -60,6 +64,10 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 	secrets := newSecretCache(mgr.GetAPIReader(), opts.SecretTTL, mgr.GetLogger().WithName("secrets"), p.Metrics)
 	secrets.onTLSModeChange = p.secretTLSModeChanged
 	p.factory = newProberFactory(secrets)
+	p.factory.userAgent = opts.UserAgent
+	if p.factory.userAgent == "" {
+		p.factory.userAgent = version.UserAgent()
+	}
 	// The publisher places each job itself (see phaseOf): no random jitter.
 	sched, err := probes.NewScheduler(probes.SchedulerOptions[targetKey]{OnResult: p.onResult, MaxConcurrent: opts.MaxConcurrentProbes, NoJitter: true})
 	if err != nil {

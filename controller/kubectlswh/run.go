@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/controller/internal/version"
 )
 
 // DefaultAgentSelector selects the Helm chart's agent pods.
@@ -42,11 +43,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(output, "o", "text", "shorthand for --output")
 	agentNamespace := fs.String("agent-namespace", "swh-system", "namespace of the agent pods (the chart's release namespace)")
 	agentSelector := fs.String("agent-selector", DefaultAgentSelector, "label selector of the agent pods")
+	showVersion := fs.Bool("version", false, "print the plugin's version and exit")
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 
 	positional, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(stdout, version.String("kubectl-swh"))
+		return nil
 	}
 	if len(positional) == 0 {
 		fs.Usage()

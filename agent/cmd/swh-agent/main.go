@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/swh-dev/swh/agent/app"
+	"github.com/swh-dev/swh/agent/internal/version"
 )
 
 func main() {
@@ -26,9 +27,14 @@ func main() {
 	fs.IntVar(&opts.Publisher.MaxConcurrentProbes, "max-concurrent-probes", 0, "probes in flight at most (default 1024)")
 	qps := fs.Float64("kube-api-qps", 20, "requests per second to the API server")
 	burst := fs.Int("kube-api-burst", 50, "burst of requests to the API server")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(version.String("swh-agent"))
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
 	cfg, err := ctrl.GetConfig()

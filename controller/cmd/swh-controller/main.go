@@ -16,6 +16,7 @@ import (
 
 	"github.com/swh-dev/swh/controller/access"
 	"github.com/swh-dev/swh/controller/app"
+	"github.com/swh-dev/swh/controller/internal/version"
 )
 
 func main() {
@@ -29,9 +30,14 @@ func main() {
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server")
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	agentSA := fs.String("agent-service-account", "", "<namespace>/<name> of the agents' ServiceAccount, granted get on exactly the Secrets the PostgreSQL probes name (authSecretName), namespace by namespace; empty grants none")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
+	if *showVersion {
+		fmt.Println(version.String("swh-controller"))
+		return
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	if *agentSA != "" {
 		sa, err := access.ParseServiceAccount(*agentSA)
