@@ -25,7 +25,8 @@ COPY probes/go.mod probes/go.sum probes/
 COPY endpoints/go.mod endpoints/go.sum endpoints/
 COPY ${COMPONENT}/go.mod ${COMPONENT}/go.sum ${COMPONENT}/
 RUN --mount=type=cache,target=/go/pkg/mod cd ${COMPONENT} && GOWORK=off go mod download
-COPY hack/build-release.sh hack/
+COPY versions.yaml ./
+COPY hack/build-release.sh hack/modules.sh hack/
 COPY api/ api/
 COPY probes/ probes/
 COPY endpoints/ endpoints/

@@ -55,10 +55,10 @@ verify: ## Fail on stale generated code, gofmt, vet, tidy, version skew, import 
 	@hack/verify.sh
 
 .PHONY: build
-build: ## Build the binaries into bin/.
+build: ## Build the binaries into bin/, stamped with VERSION (--version, the probes' User-Agent).
 	@mkdir -p $(BIN)
 	@for m in controller agent; do \
-	  if [ -d $$m/cmd ]; then (cd $$m && go build -o $(BIN)/ ./cmd/...); fi; \
+	  if [ -d $$m/cmd ]; then (cd $$m && go build -ldflags "-X github.com/swh-dev/swh/$$m/internal/version.version=v$(VERSION:v%=%)" -o $(BIN)/ ./cmd/...); fi; \
 	done
 
 # Without a Docker engine or a registry: OCI image tarballs under _out/images

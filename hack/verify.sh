@@ -57,7 +57,7 @@ static_binaries() {
   # The images' build (Dockerfile runs hack/build-release.sh): static, no cgo.
   local out c ok=0
   out=$(mktemp -d)
-  hack/build-release.sh "$out" controller agent || { rm -rf "$out"; return 1; }
+  VERSION= hack/build-release.sh "$out" controller agent || { rm -rf "$out"; return 1; }
   for c in controller agent; do
     # A dynamically linked ELF names its loader in a PT_INTERP header.
     if ! LC_ALL=C readelf -lW "$out/swh-$c" >"$out/headers"; then
@@ -67,6 +67,9 @@ static_binaries() {
     fi
     go version -m "$out/swh-$c" | grep -q 'CGO_ENABLED=0' || { echo "swh-$c was built with cgo"; ok=1; }
   done
+    # The version stamp (-X) reaches the binary: versions.yaml's, the chart's appVersion.
+    "$out/swh-$c" --version | grep -q "^swh-$c $(hack/modules.sh version binaries) " ||
+      { echo "swh-$c --version does not print versions.yaml's binaries version"; ok=1; }
   rm -rf "$out"
   return $ok
 }
@@ -87,7 +90,7 @@ check "module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/
 check "library modules build and test alone" libraries_standalone
 check "docs name what the code has (metrics, flags, reasons, examples, links, snippets)" bash -c "cd test && go test -count=1 ./docs/"
 check "helm chart lints and renders" helm_chart
-check "release binaries are static" static_binaries
+check "release binaries are static and report their version" static_binaries
 
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'verify failed: %s\n' "${failed[@]}"

@@ -253,7 +253,8 @@ func git(ctx context.Context, root string, args ...string) (string, error) {
 // VCS stamp is off, as in the Dockerfile, so an unrelated edit or commit
 // does not change a binary; Go's build cache makes a rebuild cheap.
 func buildBinaries(ctx context.Context, o Options, bin string) error {
-	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off",
+	// VERSION: the binaries report the version the images are tagged with.
+	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "VERSION="+o.Version,
 		"GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -buildvcs=false"))
 	run := func(dir string, name string, args ...string) error {
 		cmd := exec.CommandContext(ctx, name, args...)
