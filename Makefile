@@ -7,9 +7,9 @@ SHELL := /usr/bin/env bash
 
 ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
-# Product and test modules, in dependency order; hack/tools only pins tools.
-MODULES := api probes endpoints controller agent test
-LIB_MODULES := api probes endpoints
+# Every module and the library modules, in dependency order, from versions.yaml.
+MODULES := $(shell $(ROOT)/hack/modules.sh list)
+LIB_MODULES := $(shell $(ROOT)/hack/modules.sh list libraries)
 CONTROLLER_GEN := $(BIN)/controller-gen
 # The Helm chart; deploy/manifests/ holds its rendering for kubectl apply.
 CHART := deploy/charts/swh
@@ -48,7 +48,7 @@ fmt: ## gofmt every Go file.
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module.
-	@for m in $(MODULES) hack/tools; do (cd $$m && GOWORK=off go mod tidy); done
+	@for m in $(MODULES); do (cd $$m && GOWORK=off go mod tidy); done
 
 .PHONY: verify
 verify: ## Fail on stale generated code, gofmt, vet, tidy, version skew, import rules, library builds.

@@ -5,8 +5,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export GOTOOLCHAIN=local
 
-modules=(api probes endpoints controller agent test test/peers hack/tools)
-libraries=(api probes endpoints)
+# The module lists come from versions.yaml (hack/modules.sh).
+mapfile -t modules < <(hack/modules.sh list) && [ ${#modules[@]} -gt 0 ] || exit 1
+mapfile -t libraries < <(hack/modules.sh list libraries) && [ ${#libraries[@]} -gt 0 ] || exit 1
 failed=()
 check() { # check NAME COMMAND...: run, remember the failure, go on
   local name=$1; shift
@@ -86,7 +87,7 @@ check "generated code is current" stale_generated
 check "gofmt" gofmt_clean
 check "go vet" vet_all
 check "go mod tidy" tidy_all
-check "module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/modcheck '$root'"
+check "versions.yaml lists every module; module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/modcheck '$root'"
 check "library modules build and test alone" libraries_standalone
 check "docs name what the code has (metrics, flags, reasons, examples, links, snippets)" bash -c "cd test && go test -count=1 ./docs/"
 check "helm chart lints and renders" helm_chart

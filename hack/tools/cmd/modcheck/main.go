@@ -1,7 +1,8 @@
 // Command modcheck enforces the module rules of docs/design.md across the
 // repository: the dependency direction between swh modules, the short list
 // of what each library module may require, and one version of every
-// dependency shared by two product modules.
+// dependency shared by two product modules. It also checks that versions.yaml
+// lists every go.mod, go.work and a rule here, and nothing more.
 //
 // usage: go run ./cmd/modcheck REPO_ROOT   (from hack/tools)
 package main
@@ -26,6 +27,8 @@ type rule struct {
 	direct []string
 	// forbidden lists module path prefixes that no package it builds may come from.
 	forbidden []string
+	// ownVersions leaves its requirements out of the shared-version check.
+	ownVersions bool
 }
 
 func rules() []rule {
@@ -46,6 +49,9 @@ func rules() []rule {
 		{dir: "controller", forbidden: swh("probes", "agent", "test")},
 		{dir: "agent", forbidden: swh("controller", "test")},
 		{dir: "test"},
+		// Pinned to what kubelet's probers and the upstream tools need.
+		{dir: "test/peers", ownVersions: true},
+		{dir: "hack/tools", ownVersions: true},
 	}
 }
 
@@ -120,9 +126,12 @@ func checkModule(root string, r rule, mod *goMod) []string {
 
 // checkVersions reports dependencies that two product modules require at
 // different versions.
-func checkVersions(mods map[string]*goMod) []string {
+func checkVersions(mods map[string]*goMod, own map[string]bool) []string {
 	versions := map[string]map[string][]string{} // path -> version -> modules
 	for dir, m := range mods {
+		if own[dir] {
+			continue
+		}
 		for _, req := range m.Require {
 			if strings.HasPrefix(req.Path, prefix) {
 				continue
@@ -164,9 +173,25 @@ func main() {
 		os.Exit(2)
 	}
 	root := os.Args[1]
-	var problems []string
-	mods := map[string]*goMod{}
+	versions, listed, problems := readVersions(root)
+	if versions != nil {
+		problems = append(problems, checkChart(root, versions)...)
+	}
+	byDir := map[string]rule{}
+	var ruleDirs []string
 	for _, r := range rules() {
+		byDir[r.dir] = r
+		ruleDirs = append(ruleDirs, r.dir)
+	}
+	problems = append(problems, checkListed(root, listed, ruleDirs)...)
+	mods := map[string]*goMod{}
+	own := map[string]bool{}
+	for _, dir := range listed {
+		r, ok := byDir[dir]
+		if !ok {
+			continue // checkListed reported it
+		}
+		own[dir] = r.ownVersions
 		mod, err := readGoMod(filepath.Join(root, r.dir))
 		if err != nil {
 			problems = append(problems, err.Error())
@@ -178,7 +203,7 @@ func main() {
 		mods[r.dir] = mod
 		problems = append(problems, checkModule(root, r, mod)...)
 	}
-	problems = append(problems, checkVersions(mods)...)
+	problems = append(problems, checkVersions(mods, own)...)
 	sort.Strings(problems)
 	for _, p := range problems {
 		fmt.Println("modcheck:", p)
@@ -186,5 +211,5 @@ func main() {
 	if len(problems) > 0 {
 		os.Exit(1)
 	}
-	fmt.Printf("modcheck: %d modules follow the dependency rules\n", len(mods))
+	fmt.Printf("modcheck: versions.yaml lists the %d modules; they follow the dependency rules\n", len(mods))
 }
