@@ -54,6 +54,10 @@ tidy: ## go mod tidy in every module.
 verify: ## Fail on stale generated code, gofmt, vet, tidy, version skew, import rules, library builds.
 	@hack/verify.sh
 
+.PHONY: release-plan
+release-plan: ## Dry run of releasing VERSION=vX.Y.Z (SET=libraries): the tags and go.mod bumps it would make.
+	@hack/release-plan.sh "$(VERSION)" $(SET)
+
 .PHONY: build
 build: ## Build the binaries into bin/, stamped with VERSION (--version, the probes' User-Agent).
 	@mkdir -p $(BIN)
