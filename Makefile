@@ -55,8 +55,8 @@ verify: ## Fail on stale generated code, gofmt, vet, tidy, version skew, import 
 	@hack/verify.sh
 
 .PHONY: release-plan
-release-plan: ## Dry run of releasing VERSION=vX.Y.Z (SET=libraries): the tags and go.mod bumps it would make.
-	@hack/release-plan.sh "$(VERSION)" $(SET)
+release-plan: ## Dry run of releasing VERSION=vX.Y.Z (given; SET=libraries): the tags and go.mod bumps it would make.
+	@hack/release-plan.sh "$(if $(filter file,$(origin VERSION)),,$(VERSION))" $(SET)
 
 .PHONY: build
 build: ## Build the binaries into bin/, stamped with VERSION (--version, the probes' User-Agent).
