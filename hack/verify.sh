@@ -67,10 +67,10 @@ static_binaries() {
       echo "swh-$c is not statically linked"; ok=1
     fi
     go version -m "$out/swh-$c" | grep -q 'CGO_ENABLED=0' || { echo "swh-$c was built with cgo"; ok=1; }
-  done
     # The version stamp (-X) reaches the binary: versions.yaml's, the chart's appVersion.
     "$out/swh-$c" --version | grep -q "^swh-$c $(hack/modules.sh version binaries) " ||
       { echo "swh-$c --version does not print versions.yaml's binaries version"; ok=1; }
+  done
   rm -rf "$out"
   return $ok
 }
