@@ -25,19 +25,6 @@ import (
 	"github.com/swh-dev/swh/probes"
 )
 
-// LastChangeTriggerTime is the annotation kube-proxy and the built-in
-// controllers use to measure how long a change took to reach the data path.
-const LastChangeTriggerTime = "endpoints.kubernetes.io/last-change-trigger-time"
-
-const (
-	// adoptAnnotation asks the controller to take over an existing Service
-	// (the controller's reconciler.AdoptAnnotation).
-	adoptAnnotation = "network.swh.dev/adopt"
-	// builtinManagedBy marks the slices of the built-in EndpointSlice
-	// controller.
-	builtinManagedBy = "endpointslice-controller.k8s.io"
-)
-
 // planOptions make the reasons annotation part of what Plan compares.
 func planOptions() endpoints.Options {
 	return endpoints.Options{OwnedAnnotations: []string{swhv1alpha1.AnnotationEndpointReasons}}
@@ -230,13 +217,13 @@ func (p *Publisher) ownSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithH
 // the agents' slices. Without the annotation, or on error, it returns none:
 // targets then start failed, as usual.
 func (p *Publisher) adoptedSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) []discoveryv1.EndpointSlice {
-	if swh.Annotations[adoptAnnotation] != "true" {
+	if swh.Annotations[swhv1alpha1.AnnotationAdopt] != "true" {
 		return nil
 	}
 	list := &discoveryv1.EndpointSliceList{}
 	if err := p.reader.List(ctx, list, client.InNamespace(swh.Namespace), client.MatchingLabels{
 		discoveryv1.LabelServiceName: swh.Name,
-		discoveryv1.LabelManagedBy:   builtinManagedBy,
+		discoveryv1.LabelManagedBy:   swhv1alpha1.BuiltinEndpointSliceManager,
 	}); err != nil {
 		log.FromContext(ctx).Error(err, "listing the built-in slices of an adopted Service; its pods start failed")
 		return nil
@@ -253,7 +240,7 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 	var errs []error
 	for i := range changes.Create {
 		s := &changes.Create[i]
-		setAnnotation(s, LastChangeTriggerTime, stamp)
+		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
 		err := retry(ctx, func() error { return p.Client.Create(ctx, s) })
 		p.Metrics.sliceWrite("create", err)
 		if apierrors.IsAlreadyExists(err) {
@@ -265,7 +252,7 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 	}
 	for i := range changes.Update {
 		s := &changes.Update[i]
-		setAnnotation(s, LastChangeTriggerTime, stamp)
+		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
 		err := retry(ctx, func() error { return p.Client.Update(ctx, s) })
 		p.Metrics.sliceWrite("update", err)
 		if err != nil {

@@ -109,6 +109,16 @@ type PortStatus struct {
 // value is the resource's name. Agents watch only Services with it.
 const LabelService = "network.swh.dev/service-with-healthchecks"
 
+// AnnotationAdopt, set to "true" on a resource, lets the controller take
+// over an existing Service of the same name (the migration path); the
+// agents then start from the built-in controller's slices.
+const AnnotationAdopt = "network.swh.dev/adopt"
+
+// BuiltinEndpointSliceManager is the endpointslice.kubernetes.io/managed-by
+// value of the built-in EndpointSlice controller's slices, which adoption
+// replaces.
+const BuiltinEndpointSliceManager = "endpointslice-controller.k8s.io"
+
 // Condition types of ServiceWithHealthchecksStatus.
 const (
 	// ConditionServiceSynced is True when the child Service matches the spec.

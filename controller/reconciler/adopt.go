@@ -18,8 +18,6 @@ import (
 )
 
 const (
-	// builtinManagedBy marks the slices of the built-in EndpointSlice controller.
-	builtinManagedBy = "endpointslice-controller.k8s.io"
 	// skipMirrorLabel marks Endpoints the built-in Endpoints controller
 	// manages (the mirroring controller skips them).
 	skipMirrorLabel = "endpointslice.kubernetes.io/skip-mirror"
@@ -81,7 +79,7 @@ func (r *Reconciler) deleteBuiltin(ctx context.Context, swh *swhv1alpha1.Service
 	old := &discoveryv1.EndpointSliceList{}
 	if err := r.APIReader.List(ctx, old, client.InNamespace(swh.Namespace), client.MatchingLabels{
 		discoveryv1.LabelServiceName: swh.Name,
-		discoveryv1.LabelManagedBy:   builtinManagedBy,
+		discoveryv1.LabelManagedBy:   swhv1alpha1.BuiltinEndpointSliceManager,
 	}); err != nil {
 		return 0, fmt.Errorf("listing the built-in slices of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
@@ -164,7 +162,7 @@ func (r *Reconciler) resumeAfterForbidden(ctx context.Context, swh *swhv1alpha1.
 	left := &discoveryv1.EndpointSliceList{}
 	if err := r.APIReader.List(ctx, left, client.InNamespace(swh.Namespace), client.Limit(1), client.MatchingLabels{
 		discoveryv1.LabelServiceName: swh.Name,
-		discoveryv1.LabelManagedBy:   builtinManagedBy,
+		discoveryv1.LabelManagedBy:   swhv1alpha1.BuiltinEndpointSliceManager,
 	}); err != nil {
 		return cond, fmt.Errorf("listing the built-in slices of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}

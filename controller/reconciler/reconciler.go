@@ -159,9 +159,9 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 
 	adopting := false
 	if svc != nil && !ownedBy(svc, swh) {
-		if swh.Annotations[AdoptAnnotation] != "true" {
+		if swh.Annotations[swhv1alpha1.AnnotationAdopt] != "true" {
 			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceConflict
-			cond.Message = fmt.Sprintf("Service %s exists and is not controlled by this resource; set the annotation %s: \"true\" to adopt it", swh.Name, AdoptAnnotation)
+			cond.Message = fmt.Sprintf("Service %s exists and is not controlled by this resource; set the annotation %s: \"true\" to adopt it", swh.Name, swhv1alpha1.AnnotationAdopt)
 			return serviceState{svc: svc, cond: cond}, nil
 		}
 		if owner := metav1.GetControllerOf(svc); owner != nil {

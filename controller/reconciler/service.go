@@ -13,9 +13,6 @@ import (
 
 // Annotations and values the controller reads or skips.
 const (
-	// AdoptAnnotation on a resource lets the controller take over an
-	// existing Service of the same name (the migration path).
-	AdoptAnnotation = "network.swh.dev/adopt"
 	// lastAppliedAnnotation is kubectl's bookkeeping; it describes the
 	// resource, not the Service, so it is never copied.
 	lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
@@ -124,7 +121,7 @@ func desiredPort(p *corev1.ServicePort) *corev1ac.ServicePortApplyConfiguration 
 func propagated(in map[string]string) map[string]string {
 	out := make(map[string]string, len(in))
 	for k, v := range in {
-		if k == lastAppliedAnnotation || k == AdoptAnnotation || k == swhv1alpha1.LabelService {
+		if k == lastAppliedAnnotation || k == swhv1alpha1.AnnotationAdopt || k == swhv1alpha1.LabelService {
 			continue
 		}
 		out[k] = v

@@ -139,7 +139,7 @@ func TestServicesRegistered(t *testing.T) {
 
 	// Adopted: registered.
 	updateResource(t, ctx, ns, "legacy", func(swh *swhv1alpha1.ServiceWithHealthchecks) {
-		swh.Annotations = map[string]string{reconciler.AdoptAnnotation: "true"}
+		swh.Annotations = map[string]string{swhv1alpha1.AnnotationAdopt: "true"}
 	})
 	waitRegistered(t, ctx, ns, registration{data: map[string]string{"web": web, "legacy": legacy}, owners: []string{"legacy", "web"}})
 

@@ -117,7 +117,7 @@ func TestAdoptionKeepsClusterIPAndWaitsForAgentSlices(t *testing.T) {
 	}
 	swh := newResource(ns, "shop")
 	swh.Spec.Type = corev1.ServiceTypeNodePort
-	swh.Annotations = map[string]string{reconciler.AdoptAnnotation: "true"}
+	swh.Annotations = map[string]string{swhv1alpha1.AnnotationAdopt: "true"}
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestAdoptionOfAServiceWithoutPodsIsImmediate(t *testing.T) {
 	_, builtin := plainService(t, ctx, ns, "empty")
 	swh := newResource(ns, "empty")
 	swh.Spec.Type = corev1.ServiceTypeNodePort
-	swh.Annotations = map[string]string{reconciler.AdoptAnnotation: "true"}
+	swh.Annotations = map[string]string{swhv1alpha1.AnnotationAdopt: "true"}
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}

@@ -175,7 +175,7 @@ func TestForbiddenAdoptionResumes(t *testing.T) {
 	}
 	swh := newResource(ns, "legacy")
 	swh.Spec.Type = corev1.ServiceTypeNodePort
-	swh.Annotations = map[string]string{reconciler.AdoptAnnotation: "true"}
+	swh.Annotations = map[string]string{swhv1alpha1.AnnotationAdopt: "true"}
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}

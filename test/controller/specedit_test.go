@@ -168,7 +168,7 @@ func TestSpecEditIsNotDrift(t *testing.T) {
 				if err := controlPlane.Client.Create(ctx, old, client.FieldOwner("kubectl-create")); err != nil {
 					t.Fatal(err)
 				}
-				swh.Annotations = map[string]string{reconciler.AdoptAnnotation: "true"}
+				swh.Annotations = map[string]string{swhv1alpha1.AnnotationAdopt: "true"}
 			}
 			if err := controlPlane.Client.Create(ctx, swh); err != nil {
 				t.Fatal(err)

@@ -106,7 +106,7 @@ func TestControllerAsServiceAccount(t *testing.T) {
 
 	fresh := resource(ns, "fresh")
 	adopted := resource(ns, "adopted")
-	adopted.Annotations = map[string]string{reconciler.AdoptAnnotation: "true"}
+	adopted.Annotations = map[string]string{swhv1alpha1.AnnotationAdopt: "true"}
 	for _, o := range []client.Object{fresh, adopted} {
 		if err := c.Create(ctx, o); err != nil {
 			t.Fatal(err)
