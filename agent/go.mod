@@ -12,9 +12,9 @@ require (
 	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/go-logr/logr v1.4.3
 	github.com/prometheus/client_golang v1.24.0
-	github.com/swh-dev/swh/api v0.0.0
-	github.com/swh-dev/swh/endpoints v0.0.0
-	github.com/swh-dev/swh/probes v0.0.0
+	github.com/swh-dev/swh/api v0.1.0
+	github.com/swh-dev/swh/endpoints v0.1.0
+	github.com/swh-dev/swh/probes v0.1.0
 	golang.org/x/time v0.15.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2

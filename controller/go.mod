@@ -9,8 +9,8 @@ replace (
 
 require (
 	github.com/prometheus/client_golang v1.24.0
-	github.com/swh-dev/swh/api v0.0.0
-	github.com/swh-dev/swh/endpoints v0.0.0
+	github.com/swh-dev/swh/api v0.1.0
+	github.com/swh-dev/swh/endpoints v0.1.0
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

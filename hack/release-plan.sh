@@ -56,6 +56,31 @@ for m in $all; do
 done
 [ $bumps -gt 0 ] || echo "  (no module requires them)"
 
+# Requirements name released versions; a replace of a sibling module only
+# lets the repository build a binary against the untagged libraries with
+# GOWORK=off. The go command ignores a dependency's replace directives and
+# refuses `go install …@version` of a module that has any, so a library has
+# none, and the binaries are tagged at a commit without theirs (as gopls is).
+echo
+echo "replace directives:"
+replaces=0
+for d in $dirs; do
+  for r in $(go mod edit -print "$d/go.mod" | awk '
+    /^replace \($/ { block = 1; next }
+    block && /^\)$/ { block = 0; next }
+    block { print $1; next }
+    /^replace / { print $2 }
+  '); do
+    replaces=$((replaces + 1))
+    if [ "$set" = binaries ]; then
+      echo "  $d/go.mod: drop replace $r in the tagged commit (restore it in the next one)"
+    else
+      echo "  $d/go.mod: replace $r MUST GO: a released library builds alone"; problems=1
+    fi
+  done
+done
+[ $replaces -gt 0 ] || echo "  (none)"
+
 echo
 echo "other edits:"
 if [ "$current" != "$version" ]; then

@@ -15,11 +15,11 @@ require (
 	github.com/lib/pq v1.12.3
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.2
-	github.com/swh-dev/swh/agent v0.0.0
-	github.com/swh-dev/swh/api v0.0.0
-	github.com/swh-dev/swh/controller v0.0.0
-	github.com/swh-dev/swh/endpoints v0.0.0
-	github.com/swh-dev/swh/probes v0.0.0
+	github.com/swh-dev/swh/agent v0.1.0
+	github.com/swh-dev/swh/api v0.1.0
+	github.com/swh-dev/swh/controller v0.1.0
+	github.com/swh-dev/swh/endpoints v0.1.0
+	github.com/swh-dev/swh/probes v0.1.0
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.27.1
 	golang.org/x/sys v0.47.0
@@ -74,6 +74,7 @@ require (
 	go.uber.org/multierr v1.11.0 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
+	golang.org/x/mod v0.39.0
 	golang.org/x/net v0.57.0 // indirect
 	golang.org/x/oauth2 v0.36.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect

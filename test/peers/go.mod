@@ -42,7 +42,7 @@ replace (
 )
 
 require (
-	github.com/swh-dev/swh/probes v0.0.0
+	github.com/swh-dev/swh/probes v0.1.0
 	k8s.io/kubernetes v1.37.2
 )
 
