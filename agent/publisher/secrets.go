@@ -212,6 +212,7 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 		e.data, e.err = keptOf(key, s.Data), nil
 	case apierrors.IsNotFound(err):
 		outcome = "not-found"
+		//lint:ignore ST1005 Secret is the Kubernetes kind's name
 		e.data, e.err = nil, fmt.Errorf("Secret %s not found", key)
 	case apierrors.IsForbidden(err):
 		outcome = "forbidden"

@@ -50,7 +50,7 @@ func TestPhaseOfSpreadsResources(t *testing.T) {
 		t.Errorf("100 resources share %d phases: they would fire together", len(seen))
 	}
 	a := types.NamespacedName{Namespace: "ns", Name: "web"}
-	if phaseOf(a, time.Second) != phaseOf(a, time.Second) {
+	if first, again := phaseOf(a, time.Second), phaseOf(a, time.Second); first != again {
 		t.Error("the phase of a resource is not stable: agents on different nodes would disagree")
 	}
 }

@@ -89,7 +89,8 @@ func (r *Reconciler) deleteBuiltin(ctx context.Context, swh *swhv1alpha1.Service
 		}
 		r.Metrics.sliceCollected()
 	}
-	ep := &corev1.Endpoints{} //nolint:staticcheck // the deprecated object the built-in controller also left behind
+	//lint:ignore SA1019 the deprecated object the built-in controller also left behind
+	ep := &corev1.Endpoints{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), ep)
 	if client.IgnoreNotFound(err) != nil {
 		return len(old.Items), fmt.Errorf("reading the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)

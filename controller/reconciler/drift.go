@@ -309,7 +309,7 @@ func owns(mf metav1.ManagedFieldsEntry, path []string) bool {
 		return false
 	}
 	tree := map[string]any{}
-	if err := json.Unmarshal(mf.FieldsV1.Raw, &tree); err != nil {
+	if err := json.Unmarshal(mf.FieldsV1.GetRawBytes(), &tree); err != nil {
 		return false
 	}
 	return hasPath(tree, path)

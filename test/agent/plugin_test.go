@@ -13,6 +13,7 @@ import (
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -44,7 +45,7 @@ func operatorKubeconfig(t *testing.T, namespace string) string {
 	for _, o := range harness.OfKind(objs, "ClusterRole") {
 		if o.GetLabels()["rbac.authorization.k8s.io/aggregate-to-view"] == "true" {
 			viewRole = o.GetName()
-			if err := controlPlane.Client.Patch(ctx, o.DeepCopy(), client.Apply, client.FieldOwner("test"), client.ForceOwnership); err != nil {
+			if err := harness.ApplyManifests(ctx, controlPlane.Client, "test", []*unstructured.Unstructured{o}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -120,7 +120,8 @@ func TestForeignSelectorIsRemoved(t *testing.T) {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.8.2"}, Conditions: discoveryv1.EndpointConditions{Ready: new(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: new("http"), Port: new(int32(8080))}},
 	}
-	eps := &corev1.Endpoints{ //nolint:staticcheck // what the built-in Endpoints controller writes
+	//lint:ignore SA1019 what the built-in Endpoints controller writes
+	eps := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
 	}
 	for _, o := range []client.Object{builtin, eps} {

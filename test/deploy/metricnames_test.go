@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	agentapp "github.com/swh-dev/swh/agent/app"
 	"github.com/swh-dev/swh/agent/publisher"
@@ -54,10 +55,16 @@ func (r *recordingRegistry) Register(c prometheus.Collector) error {
 	}
 	var suffixes []string
 	switch c.(type) {
-	case prometheus.Histogram, *prometheus.HistogramVec:
-		suffixes = []string{"_bucket", "_sum", "_count"}
-	case prometheus.Summary, *prometheus.SummaryVec:
+	case *prometheus.SummaryVec:
 		suffixes = []string{"", "_sum", "_count"}
+	case *prometheus.HistogramVec:
+		suffixes = []string{"_bucket", "_sum", "_count"}
+	case prometheus.Histogram:
+		// The Summary interface has the same methods: ask the metric.
+		suffixes = []string{"", "_sum", "_count"}
+		if isHistogram(c.(prometheus.Metric)) {
+			suffixes = []string{"_bucket", "_sum", "_count"}
+		}
 	default:
 		suffixes = []string{""}
 	}
@@ -186,4 +193,10 @@ func TestPromQLMetrics(t *testing.T) {
 			t.Errorf("promqlMetrics(%q) = %q, want %q", tc.expr, got, tc.want)
 		}
 	}
+}
+
+// isHistogram reports whether a metric writes histogram data.
+func isHistogram(m prometheus.Metric) bool {
+	var out dto.Metric
+	return m.Write(&out) == nil && out.Histogram != nil
 }

@@ -92,7 +92,8 @@ func TestControllerAsServiceAccount(t *testing.T) {
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 	}
-	eps := &corev1.Endpoints{ //nolint:staticcheck // what the built-in Endpoints controller leaves
+	//lint:ignore SA1019 what the built-in Endpoints controller leaves
+	eps := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "adopted", Labels: map[string]string{"endpointslice.kubernetes.io/skip-mirror": "true"}},
 	}
 	for _, o := range []client.Object{old, builtin, eps} {

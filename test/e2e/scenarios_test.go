@@ -182,11 +182,11 @@ func TestLocalTrafficPolicy(t *testing.T) {
 	b2a := f.http(l2a, 8080, false)
 	b3a := f.http(l3a, 8080, true)
 	start := time.Now()
-	svc := f.swh("loc", "loc", func(r *swhv1alpha1.ServiceWithHealthchecks) {
+	f.swh("loc", "loc", func(r *swhv1alpha1.ServiceWithHealthchecks) {
 		r.Spec.Type = corev1.ServiceTypeLoadBalancer
 		r.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 	}, webPort, httpProbe(intstr.FromInt32(8080)))
-	svc = f.service("loc", func(s *corev1.Service) bool {
+	svc := f.service("loc", func(s *corev1.Service) bool {
 		return s.Spec.HealthCheckNodePort != 0 && len(s.Spec.Ports) == 1 && s.Spec.Ports[0].NodePort != 0
 	})
 	nodePort, hc := svc.Spec.Ports[0].NodePort, svc.Spec.HealthCheckNodePort
