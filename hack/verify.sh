@@ -89,6 +89,7 @@ check "go vet" vet_all
 check "go mod tidy" tidy_all
 check "versions.yaml lists every module; module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/modcheck '$root'"
 check "library modules build and test alone" libraries_standalone
+check "library API compatible with the last release (apidiff)" hack/apidiff.sh
 check "docs name what the code has (metrics, flags, reasons, examples, links, snippets)" bash -c "cd test && go test -count=1 ./docs/"
 check "helm chart lints and renders" helm_chart
 check "release binaries are static and report their version" static_binaries

@@ -41,6 +41,7 @@ replace (
 
 tool (
 	go.etcd.io/etcd/server/v3
+	golang.org/x/exp/cmd/apidiff
 	k8s.io/kubernetes/cmd/kube-apiserver
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kube-proxy
