@@ -56,124 +56,166 @@ type Publisher struct {
 }
 
 // Reconcile brings the targets of one resource in line with its spec and
-// the pods of the node, then writes the slices that changed.
+// the pods of the node, then writes the slices that changed: read what
+// the resource, its Service, the node, the pods and the slices are; sync
+// the probe targets; turn the probes' state into verdicts per pod and
+// port; plan and write the slices.
 func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	view, err := p.read(ctx, req.NamespacedName)
+	if err != nil || view == nil {
+		return ctrl.Result{}, err
+	}
+	targetsErr := p.syncTargets(targetSet{
+		resource: req.NamespacedName, swh: view.swh, pods: view.pods, grouping: view.grouping,
+		portNames: view.portNames, existing: view.existing,
+		adopted: func() []discoveryv1.EndpointSlice { return p.adoptedSlices(ctx, view.swh) },
+	})
+	p.reportTLSConflicts(ctx, view.swh)
+	verdicts, why := p.verdicts(view)
+	if err := p.publish(ctx, view, verdicts, why); err != nil {
+		return ctrl.Result{}, errors.Join(err, targetsErr)
+	}
+	// The targets that could start are published; the others are retried.
+	return ctrl.Result{}, targetsErr
+}
+
+// resourceView is what one reconcile reads of a resource and its world.
+type resourceView struct {
+	key      types.NamespacedName
+	swh      *swhv1alpha1.ServiceWithHealthchecks
+	node     *corev1.Node
+	pods     []*corev1.Pod
+	existing []discoveryv1.EndpointSlice
+	// probes are the resource's probes, labels how messages name them.
+	probes    []swhv1alpha1.Probe
+	labels    []string
+	service   endpoints.Service
+	grouping  *endpoints.Grouping
+	portNames []string
+}
+
+// read gathers the view of a resource. It returns nil, and nothing to do,
+// when the resource is gone or has no child Service of its own yet (its
+// targets are then stopped).
+func (p *Publisher) read(ctx context.Context, key types.NamespacedName) (*resourceView, error) {
 	swh := &swhv1alpha1.ServiceWithHealthchecks{}
-	if err := p.Client.Get(ctx, req.NamespacedName, swh); err != nil {
+	if err := p.Client.Get(ctx, key, swh); err != nil {
 		if apierrors.IsNotFound(err) {
 			// The garbage collector removes the slices with the Service.
-			p.taken.forget(req.NamespacedName)
-			p.factory.conflicts.forget(req.NamespacedName)
-			p.removeTargets(req.NamespacedName, nil)
-			return ctrl.Result{}, nil
+			p.taken.forget(key)
+			p.factory.conflicts.forget(key)
+			p.removeTargets(key, nil)
+			return nil, nil
 		}
-		return ctrl.Result{}, fmt.Errorf("reading %s: %w", req.NamespacedName, err)
+		return nil, fmt.Errorf("reading %s: %w", key, err)
 	}
 	svc := &corev1.Service{}
-	if err := p.Client.Get(ctx, req.NamespacedName, svc); err != nil && !apierrors.IsNotFound(err) {
+	if err := p.Client.Get(ctx, key, svc); err != nil && !apierrors.IsNotFound(err) {
 		// A failed read says nothing about the Service: keep probing.
-		return ctrl.Result{}, fmt.Errorf("reading the Service of %s: %w", req.NamespacedName, err)
+		return nil, fmt.Errorf("reading the Service of %s: %w", key, err)
 	} else if err != nil || !controlledBy(svc, swh) {
 		// No child Service yet (or not ours): slices need it as owner.
 		// Its creation brings the resource back.
-		p.removeTargets(req.NamespacedName, nil)
-		return ctrl.Result{}, nil
+		p.removeTargets(key, nil)
+		return nil, nil
 	}
-	node := &corev1.Node{}
-	if err := p.Client.Get(ctx, types.NamespacedName{Name: p.NodeName}, node); err != nil {
-		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", p.NodeName, err)
+	view := &resourceView{key: key, swh: swh, node: &corev1.Node{}, service: endpoints.ServiceFrom(svc)}
+	if err := p.Client.Get(ctx, types.NamespacedName{Name: p.NodeName}, view.node); err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", p.NodeName, err)
 	}
-	pods, err := p.selectedPods(ctx, swh)
-	if err != nil {
-		return ctrl.Result{}, err
+	var err error
+	if view.pods, err = p.selectedPods(ctx, swh); err != nil {
+		return nil, err
 	}
-	existing, err := p.ownSlices(ctx, swh)
-	if err != nil {
-		return ctrl.Result{}, err
+	if view.existing, err = p.ownSlices(ctx, swh); err != nil {
+		return nil, err
 	}
-	if existing, err = p.withHolders(ctx, req.NamespacedName, existing); err != nil {
-		return ctrl.Result{}, err
+	if view.existing, err = p.withHolders(ctx, key, view.existing); err != nil {
+		return nil, err
 	}
-	var probeSpecs []swhv1alpha1.Probe
 	if swh.Spec.Healthcheck != nil {
-		probeSpecs = swh.Spec.Healthcheck.Probes
+		view.probes = swh.Spec.Healthcheck.Probes
 	}
-	targetPorts := make([]intstr.IntOrString, len(probeSpecs))
-	for i := range probeSpecs {
-		targetPorts[i] = probeTargetPort(&probeSpecs[i])
+	targetPorts := make([]intstr.IntOrString, len(view.probes))
+	view.labels = make([]string, len(view.probes))
+	for i := range view.probes {
+		targetPorts[i] = probeTargetPort(&view.probes[i])
+		view.labels[i] = fmt.Sprintf("%s probe on %s", view.probes[i].Mode, targetPorts[i].String())
 	}
-	service := endpoints.ServiceFrom(svc)
-	grouping, err := endpoints.NewGrouping(service.Ports, targetPorts)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("grouping the probes of %s: %w", req.NamespacedName, err)
+	if view.grouping, err = endpoints.NewGrouping(view.service.Ports, targetPorts); err != nil {
+		return nil, fmt.Errorf("grouping the probes of %s: %w", key, err)
 	}
-	portNames := make([]string, len(service.Ports))
-	for i, port := range service.Ports {
-		portNames[i] = port.Name
+	view.portNames = make([]string, len(view.service.Ports))
+	for i, port := range view.service.Ports {
+		view.portNames[i] = port.Name
 	}
-	adopted := func() []discoveryv1.EndpointSlice { return p.adoptedSlices(ctx, swh) }
-	p.syncTargets(req.NamespacedName, swh, pods, grouping, portNames, existing, adopted)
-	p.reportTLSConflicts(ctx, swh)
+	return view, nil
+}
 
-	probeLabels := make([]string, len(probeSpecs))
-	for i := range probeSpecs {
-		probeLabels[i] = fmt.Sprintf("%s probe on %s", probeSpecs[i].Mode, targetPorts[i].String())
-	}
-	verdicts := make([]endpoints.PodVerdicts, 0, len(pods))
+// verdicts decides, per pod and port, whether the pod passes, and why not.
+// On a node that is not Ready, nothing passes: the controller withdraws the
+// node's endpoints when its agent cannot, and an agent that can must
+// publish the same, or the two would undo each other.
+func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notReadyReasons) {
+	verdicts := make([]endpoints.PodVerdicts, 0, len(view.pods))
 	why := notReadyReasons{}
-	// On a node that is not Ready, nothing passes: the controller
-	// withdraws the node's endpoints when its agent cannot, and an agent
-	// that can must publish the same, or the two would undo each other.
-	nodeNotReady := endpoints.NodeNotReady(node)
-	for _, pod := range pods {
-		passing, last := p.state.passing(req.NamespacedName, pod.UID, len(probeSpecs))
-		gates := grouping.Gates(pod)
+	nodeNotReady := endpoints.NodeNotReady(view.node)
+	for _, pod := range view.pods {
+		passing, last := p.state.passing(view.key, pod.UID, len(view.probes))
+		gates := view.grouping.Gates(pod)
 		ports := make([]endpoints.PortVerdict, len(gates))
 		for i, gate := range gates {
 			ports[i] = gate.Verdict(passing, endpoints.PodReady(pod))
 			switch {
 			case nodeNotReady && ports[i].Port != 0:
 				ports[i].Passing = false
-				why.set(pod.UID, portNames[i], nodeNotReadyCause(p.NodeName))
+				why.set(pod.UID, view.portNames[i], nodeNotReadyCause(p.NodeName))
 			case !ports[i].Passing || pod.DeletionTimestamp != nil:
-				why.set(pod.UID, portNames[i], explainNotReady(pod, gate, passing, last, probeLabels))
+				why.set(pod.UID, view.portNames[i], explainNotReady(pod, gate, passing, last, view.labels))
 			}
 		}
 		verdicts = append(verdicts, endpoints.PodVerdicts{Pod: pod, Ports: ports})
 	}
-	desired, err := endpoints.Build(service, endpoints.NodeFrom(node), verdicts, endpoints.Options{})
+	return verdicts, why
+}
+
+// publish builds the desired slices, with their reasons, plans the writes
+// against the existing ones and makes them; then it reports the
+// transitions as events, also without a write (a reason can change while
+// the slices do not).
+func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []endpoints.PodVerdicts, why notReadyReasons) error {
+	desired, err := endpoints.Build(view.service, endpoints.NodeFrom(view.node), verdicts, endpoints.Options{})
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("building the slices of %s: %w", req.NamespacedName, err)
+		return fmt.Errorf("building the slices of %s: %w", view.key, err)
 	}
-	if err := annotateReasons(desired, existing, why, time.Now()); err != nil {
-		return ctrl.Result{}, fmt.Errorf("the reasons of %s: %w", req.NamespacedName, err)
+	if err := annotateReasons(desired, view.existing, why, time.Now()); err != nil {
+		return fmt.Errorf("the reasons of %s: %w", view.key, err)
 	}
-	scope := endpoints.Scope{Namespace: swh.Namespace, Service: swh.Name, Node: p.NodeName}
-	changes, err := endpoints.Plan(scope, existing, desired, planOptions())
+	scope := endpoints.Scope{Namespace: view.key.Namespace, Service: view.key.Name, Node: p.NodeName}
+	changes, err := endpoints.Plan(scope, view.existing, desired, planOptions())
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("planning the slices of %s: %w", req.NamespacedName, err)
+		return fmt.Errorf("planning the slices of %s: %w", view.key, err)
 	}
-	p.reportCollisions(swh, changes.Collisions)
-	changedAt, hadChange := p.state.takeChanged(req.NamespacedName)
+	p.reportCollisions(view.swh, changes.Collisions)
+	changedAt, hadChange := p.state.takeChanged(view.key)
 	if !changes.Empty() {
 		trigger := time.Now()
 		if hadChange {
 			trigger = changedAt
 		}
-		if err := p.write(ctx, req.NamespacedName, changes, trigger); err != nil {
+		if err := p.write(ctx, view.key, changes, trigger); err != nil {
 			if hadChange {
 				// The retry's writes carry the same trigger and delay.
-				p.state.restoreChanged(req.NamespacedName, changedAt)
+				p.state.restoreChanged(view.key, changedAt)
 			}
-			return ctrl.Result{}, err
+			return err
 		}
 		if hadChange {
 			p.Metrics.observeDelay(time.Since(changedAt))
 		}
 	}
-	// Also without a write: a reason can change while the slices do not.
-	p.reportTransitions(ctx, swh, existing, desired, why)
-	return ctrl.Result{}, nil
+	p.reportTransitions(ctx, view.swh, view.existing, desired, why)
+	return nil
 }
 
 // selectedPods lists the pods of the node the resource selects that can be

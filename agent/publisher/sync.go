@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -15,13 +16,28 @@ import (
 	"github.com/swh-dev/swh/probes"
 )
 
+// targetSet is what syncTargets needs of a resource.
+type targetSet struct {
+	resource  types.NamespacedName
+	swh       *swhv1alpha1.ServiceWithHealthchecks
+	pods      []*corev1.Pod
+	grouping  *endpoints.Grouping
+	portNames []string
+	// existing are the resource's slices as read.
+	existing []discoveryv1.EndpointSlice
+	// adopted returns the built-in EndpointSlice controller's slices of
+	// a Service being adopted; it is called only when a target starts.
+	adopted func() []discoveryv1.EndpointSlice
+}
+
 // syncTargets makes the scheduler run exactly one job per probe and pod of
 // the resource: new pods and probes are added, changed ones restarted,
-// others left running undisturbed, gone ones removed.
-//
-// adopted returns the built-in EndpointSlice controller's slices of a
-// Service being adopted; it is called only when a target starts.
-func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.ServiceWithHealthchecks, pods []*corev1.Pod, g *endpoints.Grouping, portNames []string, existing []discoveryv1.EndpointSlice, adopted func() []discoveryv1.EndpointSlice) {
+// others left running undisturbed, gone ones removed. A target that cannot
+// start is left out, and the error says which: the next reconcile tries
+// again.
+func (p *Publisher) syncTargets(set targetSet) error {
+	resource, swh, pods, g, portNames := set.resource, set.swh, set.pods, set.grouping, set.portNames
+	var errs []error
 	want := map[targetKey]bool{}
 	var serving map[types.UID]map[string]bool // computed only when a target starts
 	for _, pod := range pods {
@@ -50,15 +66,22 @@ func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.
 				initial = p.state.healthy(key)
 			} else {
 				if serving == nil {
-					serving = servingPorts(ownedBy(resource, existing), adopted())
+					serving = servingPorts(ownedBy(resource, set.existing), set.adopted())
 				}
 				initial = inferPassed(g.Gates(pod), portNames, i, serving[pod.UID])
 			}
-			tracker, _ := probes.NewTracker(probes.TrackerConfig{
+			tracker, err := probes.NewTracker(probes.TrackerConfig{
 				SuccessThreshold: int(probe.SuccessThreshold),
 				FailureThreshold: int(probe.FailureThreshold),
 				InitialHealthy:   initial,
 			})
+			if err != nil {
+				// The CRD's bounds make this unreachable; an old object
+				// stored before them is left unprobed, and said so.
+				errs = append(errs, fmt.Errorf("probe %d of pod %s: %w", i, pod.Name, err))
+				p.stopTarget(key)
+				continue
+			}
 			p.state.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode)})
 			p.book.forgetTarget(key)
 			var prober probes.Prober
@@ -79,14 +102,30 @@ func (p *Publisher) syncTargets(resource types.NamespacedName, swh *swhv1alpha1.
 				InitialDelay: alignedDelay(time.Now(), initialDelay(pod, swh.Spec.Healthcheck.InitialDelaySeconds), period, phaseOf(resource, period)),
 			}
 			if running {
-				_ = p.scheduler.Update(key, job)
+				err = p.scheduler.Update(key, job)
 			} else {
-				_ = p.scheduler.Add(key, job)
+				err = p.scheduler.Add(key, job)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("scheduling probe %d of pod %s: %w", i, pod.Name, err))
+				p.stopTarget(key)
 			}
 		}
 	}
 	p.removeTargets(resource, want)
 	p.Metrics.setTargets(p.state.len())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("the probe targets of %s: %w", resource, err)
+	}
+	return nil
+}
+
+// stopTarget forgets a target that could not (re)start, so that the next
+// reconcile starts it afresh.
+func (p *Publisher) stopTarget(key targetKey) {
+	p.scheduler.Remove(key)
+	p.state.remove(key)
+	p.book.forgetTarget(key)
 }
 
 // removeTargets stops the targets of a resource that are not in keep.
