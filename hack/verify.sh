@@ -39,6 +39,18 @@ vet_all() {
   for m in "${modules[@]}"; do (cd "$m" && go vet ./...) || ok=1; done
   return $ok
 }
+# staticcheck at a pinned version, fetched through the module proxy on
+# first use (go run caches it): kept out of hack/tools, whose go.sum
+# stamps the control-plane builds. Its default checks; the deliberate
+# exceptions carry a //lint:ignore with their reason.
+staticcheck_version=v0.8.2
+lint_all() {
+  local m ok=0
+  for m in "${modules[@]}"; do
+    (cd "$m" && go run "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version" ./...) || ok=1
+  done
+  return $ok
+}
 tidy_all() {
   local m ok=0
   for m in "${modules[@]}"; do
@@ -86,6 +98,7 @@ libraries_standalone() {
 check "generated code is current" stale_generated
 check "gofmt" gofmt_clean
 check "go vet" vet_all
+check "staticcheck" lint_all
 check "go mod tidy" tidy_all
 check "versions.yaml lists every module; module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/modcheck '$root'"
 check "library modules build and test alone" libraries_standalone
