@@ -17,6 +17,8 @@ FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS build
 ARG COMPONENT=controller
 ARG TARGETOS=linux
 ARG TARGETARCH
+# The binaries' version stamp; empty: versions.yaml's (hack/build-release.sh).
+ARG VERSION
 ENV GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 WORKDIR /src
 # The module files first, so the download layer survives source edits.
@@ -32,7 +34,7 @@ COPY probes/ probes/
 COPY endpoints/ endpoints/
 COPY ${COMPONENT}/ ${COMPONENT}/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    GOOS=${TARGETOS} GOARCH=${TARGETARCH} hack/build-release.sh /out ${COMPONENT} && \
+    VERSION=${VERSION} GOOS=${TARGETOS} GOARCH=${TARGETARCH} hack/build-release.sh /out ${COMPONENT} && \
     mv /out/swh-${COMPONENT} /out/swh
 
 # The multi-platform index of static-debian12:nonroot as Renovate recorded it

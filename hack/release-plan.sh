@@ -73,7 +73,8 @@ for d in $dirs; do
   '); do
     replaces=$((replaces + 1))
     if [ "$set" = binaries ]; then
-      echo "  $d/go.mod: drop replace $r in the tagged commit (restore it in the next one)"
+      echo "  $d/go.mod: drop replace $r in the tagged commit (restore it in the next one),"
+      echo "    then, the libraries' tags pushed: (cd $d && GOWORK=off go mod tidy) for their go.sum"
     else
       echo "  $d/go.mod: replace $r MUST GO: a released library builds alone"; problems=1
     fi

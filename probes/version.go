@@ -16,6 +16,11 @@ func moduleVersion() string {
 	if !ok {
 		return "dev"
 	}
+	return versionIn(info)
+}
+
+// versionIn reads this module's version from a binary's build info.
+func versionIn(info *debug.BuildInfo) string {
 	version := ""
 	if info.Main.Path == modulePath {
 		version = info.Main.Version
@@ -23,7 +28,12 @@ func moduleVersion() string {
 	for _, dep := range info.Deps {
 		if dep.Path == modulePath {
 			version = dep.Version
-			if dep.Replace != nil && dep.Replace.Version != "" {
+			switch {
+			case dep.Replace != nil && dep.Replace.Version == "":
+				// A directory replace (a work tree): the required
+				// version names a release this code may not be.
+				version = ""
+			case dep.Replace != nil:
 				version = dep.Replace.Version
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -20,6 +21,10 @@ var notInRepo = []string{
 	"DESIGN" + ".md",
 	"product " + "statement",
 }
+
+// planningIssue matches a reference to the team's numbered planning issues
+// (the word, a space, a number); upstream issues are cited as owner/repo#N.
+var planningIssue = regexp.MustCompile(`(?i)\b` + `issue [0-9]+\b`)
 
 // TestStandalone: no tracked file points at files outside the repository,
 // so the repository reads on its own.
@@ -35,6 +40,10 @@ func TestStandalone(t *testing.T) {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if loc := planningIssue.FindIndex(data); loc != nil {
+			line := bytes.Count(data[:loc[0]], []byte("\n")) + 1
+			t.Errorf("%s:%d mentions %q, a planning issue a reader cannot see: say what is required instead", rel, line, data[loc[0]:loc[1]])
 		}
 		for _, text := range notInRepo {
 			if i := bytes.Index(data, []byte(text)); i >= 0 {
