@@ -204,6 +204,9 @@ func main() {
 		problems = append(problems, checkModule(root, r, mod)...)
 	}
 	problems = append(problems, checkVersions(mods, own)...)
+	if versions != nil {
+		problems = append(problems, checkSiblings(versions, mods)...)
+	}
 	sort.Strings(problems)
 	for _, p := range problems {
 		fmt.Println("modcheck:", p)

@@ -184,3 +184,24 @@ func difference(a, b []string) []string {
 	}
 	return out
 }
+
+// checkSiblings reports a requirement of a module of this repository at
+// another version than versions.yaml's for its set: the version about to be
+// released, which the release plan raises everywhere at once (VERSIONING.md).
+func checkSiblings(v *versionsFile, mods map[string]*goMod) []string {
+	want := map[string]string{}
+	for _, set := range v.ModuleSets {
+		for _, m := range set.Modules {
+			want[m] = set.Version
+		}
+	}
+	var problems []string
+	for dir, mod := range mods {
+		for _, req := range mod.Require {
+			if version, ok := want[req.Path]; ok && req.Version != version {
+				problems = append(problems, fmt.Sprintf("%s/go.mod requires %s %s; versions.yaml releases it at %s, which every module must require (VERSIONING.md)", dir, req.Path, req.Version, version))
+			}
+		}
+	}
+	return problems
+}
