@@ -139,8 +139,8 @@ func (p *Publisher) read(ctx context.Context, key types.NamespacedName) (*resour
 	targetPorts := make([]intstr.IntOrString, len(view.probes))
 	view.labels = make([]string, len(view.probes))
 	for i := range view.probes {
-		targetPorts[i] = probeTargetPort(&view.probes[i])
-		view.labels[i] = fmt.Sprintf("%s probe on %s", view.probes[i].Mode, targetPorts[i].String())
+		targetPorts[i] = view.probes[i].TargetPort()
+		view.labels[i] = view.probes[i].Describe()
 	}
 	if view.grouping, err = endpoints.NewGrouping(view.service.Ports, targetPorts); err != nil {
 		return nil, fmt.Errorf("grouping the probes of %s: %w", key, err)
@@ -359,16 +359,4 @@ func setAnnotation(obj metav1.Object, key, value string) {
 func controlledBy(svc *corev1.Service, swh *swhv1alpha1.ServiceWithHealthchecks) bool {
 	ref := metav1.GetControllerOf(svc)
 	return ref != nil && ref.UID == swh.UID
-}
-
-func probeTargetPort(p *swhv1alpha1.Probe) intstr.IntOrString {
-	switch {
-	case p.TCP != nil:
-		return p.TCP.TargetPort
-	case p.HTTP != nil:
-		return p.HTTP.TargetPort
-	case p.PostgreSQL != nil:
-		return p.PostgreSQL.TargetPort
-	}
-	return intstr.IntOrString{}
 }

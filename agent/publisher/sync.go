@@ -45,7 +45,7 @@ func (p *Publisher) syncTargets(set targetSet) error {
 			probe := &swh.Spec.Healthcheck.Probes[i]
 			key := targetKey{Resource: resource, Pod: pod.UID, Probe: i}
 			want[key] = true
-			addr, ok := probeAddress(pod, probeTargetPort(probe))
+			addr, ok := probeAddress(pod, probe.TargetPort())
 			spec := specOf(swh.Spec.Healthcheck, probe)
 			oldAddr, oldSpec, running := p.state.get(key)
 			if running && oldAddr == addr && oldSpec == spec {
@@ -88,7 +88,7 @@ func (p *Publisher) syncTargets(set targetSet) error {
 			if ok {
 				prober = p.factory.build(resource.Namespace, probe)
 			} else {
-				port := probeTargetPort(probe)
+				port := probe.TargetPort()
 				prober = failing(ReasonNoPort, fmt.Sprintf("pod %s has no container port named %q", pod.Name, port.String()))
 				// The scheduler refuses port 0; this prober dials nothing.
 				addr.Port = 1

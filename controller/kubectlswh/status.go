@@ -284,17 +284,8 @@ func probeNames(r *swhv1alpha1.ServiceWithHealthchecks) []string {
 		return nil
 	}
 	out := make([]string, len(r.Spec.Healthcheck.Probes))
-	for i, p := range r.Spec.Healthcheck.Probes {
-		target := ""
-		switch {
-		case p.TCP != nil:
-			target = p.TCP.TargetPort.String()
-		case p.HTTP != nil:
-			target = p.HTTP.TargetPort.String()
-		case p.PostgreSQL != nil:
-			target = p.PostgreSQL.TargetPort.String()
-		}
-		out[i] = fmt.Sprintf("%s probe on %s", p.Mode, target)
+	for i := range r.Spec.Healthcheck.Probes {
+		out[i] = r.Spec.Healthcheck.Probes[i].Describe()
 	}
 	return out
 }

@@ -79,7 +79,7 @@ func Why(s *Snapshot, pod *corev1.Pod, now time.Time) []string {
 	targets := make([]intstr.IntOrString, len(probes))
 	names := probeNames(r)
 	for i := range probes {
-		targets[i] = probeTarget(&probes[i])
+		targets[i] = probes[i].TargetPort()
 	}
 	grouping, err := endpoints.NewGrouping(s.Service.Spec.Ports, targets)
 	if err != nil {
@@ -136,16 +136,4 @@ func published(ep EndpointStatus, now time.Time) string {
 		b.WriteString("; stale: the node's agent is not running")
 	}
 	return sentence(b.String())
-}
-
-func probeTarget(p *swhv1alpha1.Probe) intstr.IntOrString {
-	switch {
-	case p.TCP != nil:
-		return p.TCP.TargetPort
-	case p.HTTP != nil:
-		return p.HTTP.TargetPort
-	case p.PostgreSQL != nil:
-		return p.PostgreSQL.TargetPort
-	}
-	return intstr.IntOrString{}
 }
