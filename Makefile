@@ -36,7 +36,7 @@ generate: ## Regenerate deepcopy code, the CRD, the RBAC rules, and the chart's 
 	@hack/build-tools.sh controller-gen helm
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=api/crd/bases
-	cd test && go run ./cmd/crd-docs -crd ../api/crd/bases -o ../docs/api-reference.md
+	cd hack/tools && GOWORK=off go run ./cmd/crd-docs -crd ../../api/crd/bases -o ../../docs/api-reference.md
 	$(CONTROLLER_GEN) rbac:roleName=swh-controller paths=./controller/... output:rbac:artifacts:config=$(CHART)/files/rbac/controller
 	$(CONTROLLER_GEN) rbac:roleName=swh-agent paths=./agent/... output:rbac:artifacts:config=$(CHART)/files/rbac/agent
 	@rm -f $(CHART)/crds/*.yaml && cp api/crd/bases/*.yaml $(CHART)/crds/

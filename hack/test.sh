@@ -63,6 +63,9 @@ step "unit tests of every module"
 for m in $released_modules; do
   (cd "$m" && go test -count=1 -race ./...)
 done
+# The project's own commands in hack/tools (crd-docs, modcheck); not the
+# upstream programs it pins.
+(cd hack/tools && GOWORK=off go test -count=1 ./cmd/...)
 
 step "compiling the integration suites"
 # Compile and link only: running them (even with -run '^$', TestMain runs)

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-const bases = "../../../api/crd/bases"
+const bases = "../../../../api/crd/bases"
 
 // TestEveryRuleAndDefaultIsRendered: each CEL message and default of the
 // CRD YAML shows in the reference, and rendering is deterministic.
