@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/swh-dev/swh/test/harness"
+	"github.com/swh-dev/swh/test/harness/netns"
 )
 
 // The addresses of the cluster. The world namespace (the one the suite runs
@@ -49,13 +50,13 @@ type Cluster struct {
 	Mode     string
 	CP       *harness.ControlPlane
 	Nodes    []*Node
-	External *NetNS
+	External *netns.Namespace
 	bin      string
 	dir      string
 
 	mu         sync.Mutex
 	procs      []*Proc
-	namespaces []*NetNS
+	namespaces []*netns.Namespace
 	podsByIP   map[string]string
 	stopped    bool
 	// ids are the ServiceAccounts the controller and agents run as.
@@ -67,7 +68,7 @@ type Node struct {
 	Index  int
 	Name   string
 	IP     string
-	NS     *NetNS
+	NS     *netns.Namespace
 	Proxy  *Proc
 	Agent  *Proc
 	Client *Pod
@@ -89,7 +90,7 @@ type Pod struct {
 	Name string
 	IP   string
 	Node *Node
-	NS   *NetNS
+	NS   *netns.Namespace
 }
 
 // Proc is a program started by the suite, stopped by its PID.
@@ -156,8 +157,8 @@ func world(commands ...string) error {
 }
 
 // newNS creates a namespace and records it for the final check.
-func (c *Cluster) newNS(name string) (*NetNS, error) {
-	ns, err := NewNetNS(name)
+func (c *Cluster) newNS(name string) (*netns.Namespace, error) {
+	ns, err := netns.New(name)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +169,7 @@ func (c *Cluster) newNS(name string) (*NetNS, error) {
 }
 
 // start runs a program inside ns (the world when nil), logging to a file.
-func (c *Cluster) start(ns *NetNS, name string, env []string, path string, args ...string) (*Proc, error) {
+func (c *Cluster) start(ns *netns.Namespace, name string, env []string, path string, args ...string) (*Proc, error) {
 	log, err := os.Create(filepath.Join(c.dir, name+".log"))
 	if err != nil {
 		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
@@ -290,7 +291,7 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 	// namespace (tcpdump), to tell where a lost SYN went.
 	if dir := os.Getenv("E2E_PCAP"); dir != "" {
 		for _, n := range c.Nodes {
-			for _, ns := range []*NetNS{n.NS, n.Client.NS} {
+			for _, ns := range []*netns.Namespace{n.NS, n.Client.NS} {
 				if _, err := c.start(ns, "tcpdump-"+ns.Name, nil, "tcpdump", "-i", "any", "-n", "-s", "128", "-U",
 					"-w", filepath.Join(dir, ns.Name+".pcap"), "tcp or arp"); err != nil {
 					return c, err
@@ -474,7 +475,7 @@ func waitHTTP(ctx context.Context, url string, p *Proc) error {
 }
 
 // attach links ns to the bridge with address ip.
-func (c *Cluster) attach(ns *NetNS, veth, ip string) error {
+func (c *Cluster) attach(ns *netns.Namespace, veth, ip string) error {
 	if err := world("link add "+veth+" type veth peer name eth0 netns "+ns.Path(), "link set "+veth+" master "+bridgeName+" up"); err != nil {
 		return err
 	}
@@ -582,7 +583,7 @@ func (c *Cluster) Stop() error {
 		errs = append(errs, c.CP.Stop())
 	}
 	for _, ns := range c.namespaces {
-		if ns.fd >= 0 {
+		if ns.Open() {
 			if socks := ns.Sockets(); socks != "" {
 				fmt.Printf("sockets still in %s when it is released:\n%s\n", ns.Name, socks)
 			}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/swh-dev/swh/test/harness/netns"
 )
 
 // Request sends one request and returns the pod it landed on ("" when it
@@ -29,11 +31,11 @@ const slow = time.Second
 
 // HTTPGet requests url from ns, on a new connection each time, so every
 // request is balanced anew by kube-proxy. A 503 still names its pod.
-func HTTPGet(ns *NetNS, url string) Request { return HTTPGetWithin(ns, url, requestTimeout) }
+func HTTPGet(ns *netns.Namespace, url string) Request { return HTTPGetWithin(ns, url, requestTimeout) }
 
 // HTTPGetWithin is HTTPGet with a timeout of its own, shorter for requests
 // meant to reach nothing.
-func HTTPGetWithin(ns *NetNS, url string, timeout time.Duration) Request {
+func HTTPGetWithin(ns *netns.Namespace, url string, timeout time.Duration) Request {
 	client := &http.Client{
 		Timeout:   timeout,
 		Transport: &http.Transport{DialContext: ns.DialContext, DisableKeepAlives: true},
@@ -61,7 +63,7 @@ func HTTPGetWithin(ns *NetNS, url string, timeout time.Duration) Request {
 }
 
 // Banner connects from ns to addr and reads the "220 <pod>" greeting.
-func Banner(ns *NetNS, addr string) Request {
+func Banner(ns *netns.Namespace, addr string) Request {
 	return func(ctx context.Context) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
@@ -84,7 +86,7 @@ func Banner(ns *NetNS, addr string) Request {
 }
 
 // nsDialer lets lib/pq connect from inside a namespace.
-type nsDialer struct{ ns *NetNS }
+type nsDialer struct{ ns *netns.Namespace }
 
 func (d nsDialer) Dial(network, addr string) (net.Conn, error) {
 	return d.ns.DialContext(context.Background(), network, addr)
@@ -102,7 +104,7 @@ func (d nsDialer) DialContext(ctx context.Context, network, addr string) (net.Co
 
 // PostgresServer connects from ns with dsn, on a new connection each time,
 // and asks the server for its address; podOf names the pod.
-func PostgresServer(ns *NetNS, dsn string, podOf func(ip string) string) Request {
+func PostgresServer(ns *netns.Namespace, dsn string, podOf func(ip string) string) Request {
 	return func(ctx context.Context) (string, error) {
 		connector, err := pq.NewConnector(dsn)
 		if err != nil {

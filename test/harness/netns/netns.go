@@ -1,4 +1,7 @@
-package e2e
+// Package netns runs code, programs and sockets inside network namespaces
+// that a test creates and holds by file descriptor, so that nothing of them
+// outlives the test process.
+package netns
 
 import (
 	"context"
@@ -15,11 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// NetNS is a network namespace held by a file descriptor of this process:
+// Namespace is a network namespace held by a file descriptor of this process:
 // it has no name under /run/netns, so nothing of it exists outside this
 // process, and the kernel destroys it once the descriptor is closed and no
 // process or socket lives in it any more.
-type NetNS struct {
+type Namespace struct {
 	// Name is for messages only.
 	Name string
 	fd   int
@@ -74,9 +77,9 @@ func onLockedThread(target int, fn func() error) error {
 	return <-errc
 }
 
-// NewNetNS creates an empty network namespace with its loopback up.
-func NewNetNS(name string) (*NetNS, error) {
-	ns := &NetNS{Name: name, fd: -1}
+// New creates an empty network namespace with its loopback up.
+func New(name string) (*Namespace, error) {
+	ns := &Namespace{Name: name, fd: -1}
 	err := onLockedThread(-1, func() error {
 		fd, err := currentNetNS()
 		if err != nil {
@@ -101,11 +104,11 @@ func NewNetNS(name string) (*NetNS, error) {
 
 // Path is a file that names the namespace for other programs, as in
 // `ip link set DEV netns PATH`.
-func (ns *NetNS) Path() string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), ns.fd) }
+func (ns *Namespace) Path() string { return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), ns.fd) }
 
 // Do runs fn with the calling thread inside the namespace: sockets fn opens
 // and processes it starts belong to the namespace.
-func (ns *NetNS) Do(fn func() error) error {
+func (ns *Namespace) Do(fn func() error) error {
 	if ns.fd < 0 {
 		return fmt.Errorf("network namespace %s is closed", ns.Name)
 	}
@@ -113,7 +116,7 @@ func (ns *NetNS) Do(fn func() error) error {
 }
 
 // Run runs a command to completion inside the namespace.
-func (ns *NetNS) Run(name string, args ...string) error {
+func (ns *Namespace) Run(name string, args ...string) error {
 	var out []byte
 	err := ns.Do(func() error {
 		var err error
@@ -127,7 +130,7 @@ func (ns *NetNS) Run(name string, args ...string) error {
 }
 
 // Output runs a command inside the namespace and returns what it printed.
-func (ns *NetNS) Output(name string, args ...string) (string, error) {
+func (ns *Namespace) Output(name string, args ...string) (string, error) {
 	var out []byte
 	err := ns.Do(func() error {
 		var err error
@@ -138,7 +141,7 @@ func (ns *NetNS) Output(name string, args ...string) (string, error) {
 }
 
 // IP runs `ip` commands, one per argument, as a batch inside the namespace.
-func (ns *NetNS) IP(commands ...string) error {
+func (ns *Namespace) IP(commands ...string) error {
 	var out []byte
 	err := ns.Do(func() error {
 		cmd := exec.Command("ip", "-batch", "-")
@@ -154,7 +157,7 @@ func (ns *NetNS) IP(commands ...string) error {
 }
 
 // Sysctl writes a per-namespace setting such as net/ipv4/ip_forward.
-func (ns *NetNS) Sysctl(key, value string) error {
+func (ns *Namespace) Sysctl(key, value string) error {
 	return ns.Do(func() error {
 		if err := os.WriteFile("/proc/sys/"+key, []byte(value), 0o644); err != nil {
 			return fmt.Errorf("%s: setting %s: %w", ns.Name, key, err)
@@ -164,7 +167,7 @@ func (ns *NetNS) Sysctl(key, value string) error {
 }
 
 // Listen opens a TCP listener inside the namespace.
-func (ns *NetNS) Listen(addr string) (net.Listener, error) {
+func (ns *Namespace) Listen(addr string) (net.Listener, error) {
 	var l net.Listener
 	err := ns.Do(func() error {
 		var err error
@@ -182,7 +185,7 @@ func (ns *NetNS) Listen(addr string) (net.Listener, error) {
 // (three SYNs) even without a deadline in ctx: http.Transport finishes the
 // dials of requests that timed out in the background, and a socket still
 // sending SYNs to an address that drops them would keep the namespace alive.
-func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+func (ns *Namespace) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	var conn net.Conn
 	err := ns.Do(func() error {
 		var err error
@@ -195,7 +198,7 @@ func (ns *NetNS) DialContext(ctx context.Context, network, addr string) (net.Con
 // Sockets lists the TCP sockets left in the namespace, but those in
 // TIME-WAIT: any other keeps the namespace alive after its descriptor is
 // closed.
-func (ns *NetNS) Sockets() string {
+func (ns *Namespace) Sockets() string {
 	var out []byte
 	_ = ns.Do(func() error {
 		var err error
@@ -207,7 +210,7 @@ func (ns *NetNS) Sockets() string {
 
 // Close releases the namespace; the kernel destroys it once nothing lives in
 // it any more.
-func (ns *NetNS) Close() error {
+func (ns *Namespace) Close() error {
 	if ns.fd < 0 {
 		return nil
 	}
@@ -218,3 +221,6 @@ func (ns *NetNS) Close() error {
 	}
 	return nil
 }
+
+// Open reports whether the namespace is still held (not yet closed).
+func (ns *Namespace) Open() bool { return ns.fd >= 0 }
