@@ -3,7 +3,8 @@
 # into bin/, from source through the Go module proxy. A program is rebuilt only
 # when its pin changed since it was built, so warm runs take a second.
 #
-# usage: hack/build-tools.sh NAME...   (kube-apiserver etcd controller-gen kube-proxy kube-controller-manager helm)
+# usage: hack/build-tools.sh NAME...   (kube-apiserver etcd controller-gen kube-proxy
+#        kube-controller-manager kube-scheduler kubelet helm)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,6 +16,8 @@ pkg_of() {
     kube-apiserver) echo k8s.io/kubernetes/cmd/kube-apiserver ;;
     kube-proxy) echo k8s.io/kubernetes/cmd/kube-proxy ;;
     kube-controller-manager) echo k8s.io/kubernetes/cmd/kube-controller-manager ;;
+    kube-scheduler) echo k8s.io/kubernetes/cmd/kube-scheduler ;;
+    kubelet) echo k8s.io/kubernetes/cmd/kubelet ;;
     etcd) echo go.etcd.io/etcd/server/v3 ;;
     controller-gen) echo sigs.k8s.io/controller-tools/cmd/controller-gen ;;
     helm) echo helm.sh/helm/v4/cmd/helm ;;
