@@ -42,6 +42,10 @@ type ControlPlane struct {
 	Scheme *runtime.Scheme
 	// Kubeconfig is the path of a kubeconfig file kubectl can use.
 	Kubeconfig string
+	// CAFile is the CA that signed the serving certificate when
+	// ControlPlaneOptions.ServingNames was set (kube-controller-manager's
+	// --root-ca-file); empty otherwise.
+	CAFile string
 	// restarted holds kube-apiserver processes RestartAPIServer started;
 	// envtest does not know them, so Stop ends them first.
 	restarted []*exec.Cmd
@@ -62,6 +66,11 @@ type ControlPlaneOptions struct {
 	// kubeconfigs name this address, so other network namespaces can reach
 	// the server through it.
 	APIServerAddress string
+	// ServingNames, when set, are extra names (DNS names or IPs) of the
+	// serving certificate, for example the kubernetes Service's ClusterIP
+	// that pods of a real-node cluster reach the server through; the
+	// certificate is then signed by a CA of the harness, in CAFile.
+	ServingNames []string
 }
 
 // NewScheme returns a scheme with the core Kubernetes types and the swh API.
@@ -126,6 +135,13 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 		apiServer.SecureServing.Address = opts.APIServerAddress
 		apiServer.SecureServing.Port = strconv.Itoa(port)
 	}
+	var caFile string
+	if len(opts.ServingNames) > 0 {
+		var err error
+		if caFile, err = servingCertificate(apiServer, opts); err != nil {
+			return nil, err
+		}
+	}
 	for name, value := range opts.ExtraAPIServerFlags {
 		apiServer.Configure().Set(name, value)
 	}
@@ -135,7 +151,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 		// the CRD) fails.
 		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err), env.Stop())
 	}
-	cp := &ControlPlane{env: env, Config: cfg, Scheme: scheme}
+	cp := &ControlPlane{env: env, Config: cfg, Scheme: scheme, CAFile: caFile}
 	cp.Client, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("creating a client: %w", err), cp.Stop())
@@ -161,6 +177,12 @@ func (cp *ControlPlane) Stop() error {
 	}
 	if err := cp.env.Stop(); err != nil {
 		return fmt.Errorf("stopping the control plane: %w", err)
+	}
+	if cp.CAFile != "" {
+		// envtest removes only a certificate folder it made itself.
+		if err := os.RemoveAll(filepath.Dir(cp.CAFile)); err != nil {
+			return fmt.Errorf("removing the serving certificate: %w", err)
+		}
 	}
 	return nil
 }
@@ -374,4 +396,44 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// servingCertificate signs kube-apiserver's serving certificate for
+// localhost, the listen address and opts.ServingNames into a certificate
+// folder envtest then uses as it is; it returns the CA's file.
+func servingCertificate(apiServer *envtest.APIServer, opts ControlPlaneOptions) (string, error) {
+	dir, err := os.MkdirTemp("", "swh-apiserver-certs-")
+	if err != nil {
+		return "", fmt.Errorf("creating the certificate folder: %w", err)
+	}
+	ca, err := NewCA("swh-test-apiserver-ca")
+	if err != nil {
+		return "", err
+	}
+	names := append([]string{"localhost", "127.0.0.1"}, opts.ServingNames...)
+	if opts.APIServerAddress != "" {
+		names = append(names, opts.APIServerAddress)
+	}
+	issued, err := ca.Issue(names...)
+	if err != nil {
+		return "", err
+	}
+	// envtest makes the ServiceAccount token signer only along with its own
+	// serving certificate; any key pair serves (ES256).
+	signer, err := ca.Issue("service-account-signer")
+	if err != nil {
+		return "", err
+	}
+	caFile := filepath.Join(dir, "serving-ca.crt")
+	for file, data := range map[string][]byte{
+		"apiserver.crt": issued.CertPEM, "apiserver.key": issued.KeyPEM, "serving-ca.crt": ca.PEM,
+		"sa-signer.crt": signer.CertPEM, "sa-signer.key": signer.KeyPEM,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, file), data, 0o600); err != nil {
+			return "", fmt.Errorf("writing %s: %w", file, err)
+		}
+	}
+	apiServer.CertDir = dir
+	apiServer.SecureServing.CA = ca.PEM
+	return caFile, nil
 }

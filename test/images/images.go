@@ -334,3 +334,30 @@ func (o Options) image(s spec, binary, ca []byte) (v1.Image, error) {
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
 	return mutate.ConfigFile(img, cf)
 }
+
+// Load reads the images a Build wrote to dir, from its digests.txt.
+func Load(dir string) ([]Result, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "digests.txt"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the images' list (make images): %w", err)
+	}
+	var results []Result
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("digests.txt: malformed line %q", line)
+		}
+		digest, err := v1.NewHash(f[1])
+		if err != nil {
+			return nil, fmt.Errorf("digests.txt: %w", err)
+		}
+		r := Result{Name: strings.TrimSuffix(f[2], ".tar"), Ref: f[0], Digest: digest, File: filepath.Join(dir, f[2])}
+		st, err := os.Stat(r.File)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", r.Ref, err)
+		}
+		r.Size = st.Size()
+		results = append(results, r)
+	}
+	return results, nil
+}
