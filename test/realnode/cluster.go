@@ -143,6 +143,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			"advertise-address": worldIP,
 			// Node names do not resolve here: kubectl logs goes to the IP.
 			"kubelet-preferred-address-types": "InternalIP",
+			// envtest turns ServiceAccount admission off; pods of a real
+			// cluster need it to get their tokens mounted.
+			"disable-admission-plugins": "",
 		},
 	})
 	if err != nil {
@@ -236,4 +239,41 @@ func findCNI() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%w: the CNI plugins ptp and host-local (Debian: containernetworking-plugins)", harness.ErrMissingDependency)
+}
+
+// WaitProgrammed waits until every node's kube-proxy has rules naming
+// every one of addrs (a ClusterIP, and the endpoints it must reach), so
+// that no request finds them missing.
+func (c *Cluster) WaitProgrammed(ctx context.Context, addrs ...string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, n := range c.Nodes {
+		for {
+			rules, err := n.Rules()
+			missing := ""
+			for _, a := range addrs {
+				if !strings.Contains(rules, a) {
+					missing = a
+				}
+			}
+			if err == nil && missing == "" {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s's kube-proxy has no rule for %s (last error: %v)", n.Name, missing, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// Rules prints the node's packet filter rules as kube-proxy's mode writes
+// them.
+func (n *Node) Rules() (string, error) {
+	if n.c.proxyMode == "iptables" {
+		return n.NS.Output("iptables-save")
+	}
+	return n.NS.Output("nft", "list", "ruleset")
 }

@@ -19,6 +19,9 @@ var cluster *realnode.Cluster
 // imageList are the images the nodes run (make images builds the same).
 var imageList []images.Result
 
+// chartInstalled is how long helm install --wait took.
+var chartInstalled time.Duration
+
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
@@ -68,7 +71,16 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Printf("cluster of %d real nodes Ready in %s\n", len(cluster.Nodes), time.Since(start).Round(time.Second))
-	code := m.Run()
+	code := 1
+	start = time.Now()
+	// Two controller replicas with leader election, an agent on every node.
+	if out, err := cluster.InstallChart(ctx, false, "controller.replicas=2"); err != nil {
+		fmt.Println("installing the chart:", err, "\n", out, cluster.Diagnose())
+	} else {
+		chartInstalled = time.Since(start)
+		fmt.Printf("chart installed (helm install --wait) in %s\n", chartInstalled.Round(100*time.Millisecond))
+		code = m.Run()
+	}
 	if err := cluster.Stop(); err != nil {
 		fmt.Println("stopping the cluster:", err)
 		code = 1
