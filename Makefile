@@ -111,6 +111,14 @@ e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) ca
 	@cd test && go test -c -o $(BIN)/e2e.test ./e2e/
 	@hack/e2e.sh $(BIN)/e2e.test $(E2E_MODES) -- $(E2E_FLAGS)
 
+# Real kubelets, containerd and runc run the chart with the images of
+# make images (docs/real-nodes.md); everything inside hack/netns.sh.
+.PHONY: realnode
+realnode: images ## Real-node suite: the chart on real kubelet nodes under traffic (install, upgrade, failover, rollout, node failure).
+	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm
+	@cd test && go test -c -o $(BIN)/realnode.test ./realnode/
+	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=20m $(REALNODE_FLAGS)' $(BIN)/realnode.test
+
 # The run happens in a private network namespace (hack/netns.sh): its load on
 # 127.0.0.1, and the TIME_WAIT sockets it counts, are its own.
 .PHONY: bench-probes

@@ -277,3 +277,28 @@ func (n *Node) Rules() (string, error) {
 	}
 	return n.NS.Output("nft", "list", "ruleset")
 }
+
+// WaitProgrammedWithout waits until no running node's kube-proxy rules name
+// addr any more (an endpoint withdrawn). A node whose machine is off is
+// skipped: its kube-proxy may have lost the API server's news.
+func (c *Cluster) WaitProgrammedWithout(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, n := range c.Nodes {
+		if n.Machine == nil || !n.Machine.Running() {
+			continue
+		}
+		for {
+			rules, err := n.Rules()
+			if err == nil && !strings.Contains(rules, addr) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s's kube-proxy still has rules for %s (last error: %v)", n.Name, addr, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}

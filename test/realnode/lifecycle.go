@@ -177,7 +177,11 @@ func (c *Cluster) Stop() error {
 		n.PowerOff()
 	}
 	for i := len(procs) - 1; i >= 0; i-- {
+		t0 := time.Now()
 		procs[i].Stop()
+		if d := time.Since(t0); d > 2*time.Second {
+			fmt.Printf("realnode: %s took %s to stop\n", procs[i].Name, d.Round(100*time.Millisecond))
+		}
 	}
 	if c.CP != nil {
 		errs = append(errs, c.CP.Stop())

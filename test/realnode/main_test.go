@@ -81,10 +81,12 @@ func run(m *testing.M) int {
 		fmt.Printf("chart installed (helm install --wait) in %s\n", chartInstalled.Round(100*time.Millisecond))
 		code = m.Run()
 	}
+	start = time.Now()
 	if err := cluster.Stop(); err != nil {
 		fmt.Println("stopping the cluster:", err)
 		code = 1
 	}
+	fmt.Printf("cluster stopped in %s\n", time.Since(start).Round(100*time.Millisecond))
 	if err := cluster.RemoveDir(); err != nil {
 		fmt.Println("removing the cluster's folder:", err)
 		code = 1
