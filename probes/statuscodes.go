@@ -3,7 +3,6 @@ package probes
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -43,7 +42,7 @@ func ParseStatusCodes(specs ...string) (StatusCodes, error) {
 			s.addRange(lo, hi)
 		}
 	}
-	if s.IsEmpty() {
+	if s == (StatusCodes{}) {
 		return StatusCodes{}, errors.New("probes: no status codes")
 	}
 	return s, nil
@@ -90,18 +89,6 @@ func (s StatusCodes) Contains(code int) bool {
 	}
 	i := code - minStatus
 	return s.bits[i/64]&(1<<(i%64)) != 0
-}
-
-// IsEmpty reports whether the set holds no code.
-func (s StatusCodes) IsEmpty() bool { return s == StatusCodes{} }
-
-// Len returns the number of codes in the set.
-func (s StatusCodes) Len() int {
-	n := 0
-	for _, w := range s.bits {
-		n += bits.OnesCount64(w)
-	}
-	return n
 }
 
 // String returns the set in the syntax ParseStatusCodes reads, with ranges

@@ -32,13 +32,6 @@ type Tracker struct {
 	failures         int
 }
 
-// TrackerState is a snapshot of a Tracker.
-type TrackerState struct {
-	Healthy              bool
-	ConsecutiveSuccesses int // saturates at SuccessThreshold
-	ConsecutiveFailures  int // saturates at FailureThreshold
-}
-
 // NewTracker validates cfg and returns a Tracker in its initial state.
 func NewTracker(cfg TrackerConfig) (*Tracker, error) {
 	if cfg.SuccessThreshold < 0 || cfg.FailureThreshold < 0 {
@@ -77,8 +70,3 @@ func (t *Tracker) Observe(s Status) (healthy, changed bool) {
 
 // Healthy returns the current state.
 func (t *Tracker) Healthy() bool { return t.healthy }
-
-// State returns a snapshot of the tracker.
-func (t *Tracker) State() TrackerState {
-	return TrackerState{Healthy: t.healthy, ConsecutiveSuccesses: t.successes, ConsecutiveFailures: t.failures}
-}

@@ -33,17 +33,17 @@ func TestTracker(t *testing.T) {
 	}
 }
 
-func TestTrackerState(t *testing.T) {
+func TestTrackerCounters(t *testing.T) {
 	tr, _ := NewTracker(TrackerConfig{SuccessThreshold: 2, FailureThreshold: 3})
 	for range 10 {
 		tr.Observe(Failure)
 	}
-	if got := tr.State(); got != (TrackerState{Healthy: false, ConsecutiveFailures: 3}) {
-		t.Errorf("state %+v: counters must saturate at the threshold", got)
+	if tr.healthy || tr.failures != 3 || tr.successes != 0 {
+		t.Errorf("%+v: counters must saturate at the threshold", *tr)
 	}
 	tr.Observe(Success)
-	if got := tr.State(); got != (TrackerState{Healthy: false, ConsecutiveSuccesses: 1}) {
-		t.Errorf("state %+v", got)
+	if tr.healthy || tr.failures != 0 || tr.successes != 1 {
+		t.Errorf("%+v", *tr)
 	}
 	if _, err := NewTracker(TrackerConfig{FailureThreshold: -1}); err == nil {
 		t.Error("a negative threshold was accepted")
