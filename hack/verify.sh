@@ -86,6 +86,19 @@ static_binaries() {
   rm -rf "$out"
   return $ok
 }
+# Package probes (TCP, HTTP, scheduler) must import the standard library
+# only: lib/pq's init registers the "postgres" database/sql driver in every
+# program that links it, so the PostgreSQL prober lives in probes/postgresql
+# and only its importers pay for it.
+probes_stdlib_only() {
+  local deps
+  deps=$(cd probes && GOWORK=off go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' .) || return 1
+  deps=$(grep -vx 'github.com/swh-dev/swh/probes' <<<"$deps")
+  [ -z "$deps" ] && return 0
+  echo "package github.com/swh-dev/swh/probes imports more than the standard library (keep such code in a subpackage, as probes/postgresql):"
+  echo "$deps"
+  return 1
+}
 libraries_standalone() {
   local m ok=0
   for m in "${libraries[@]}"; do
@@ -101,6 +114,7 @@ check "go vet" vet_all
 check "staticcheck" lint_all
 check "go mod tidy" tidy_all
 check "versions.yaml lists every module; module rules and shared versions" bash -c "cd hack/tools && go run ./cmd/modcheck '$root'"
+check "package probes imports the standard library only (no lib/pq)" probes_stdlib_only
 check "library modules build and test alone" libraries_standalone
 check "library API compatible with the last release (apidiff)" hack/apidiff.sh
 check "docs name what the code has (metrics, flags, reasons, examples, links, snippets)" bash -c "cd test && go test -count=1 ./docs/"

@@ -38,10 +38,14 @@ func resetOnClose(c net.Conn) {
 	}
 }
 
-// classify maps a connection-level error to a Reason. ctx is the probe's
-// context: once it is done, whatever error the I/O returned (a closed conn, a
-// timeout) is really the deadline or the cancellation.
-func classify(ctx context.Context, err error) Reason {
+// Classify maps an error of a probe's connection (dial, TLS handshake, read,
+// write) to a Reason: refused, unreachable, reset, tls, dns, timeout or, for
+// anything else, ReasonError. ctx is the probe's context: once it is done,
+// whatever error the I/O returned (a closed conn, a timeout) is really the
+// deadline or the cancellation. The probers of this package and of
+// probes/postgresql use it, so that one network failure has one reason
+// whatever the protocol; a Prober written elsewhere can too.
+func Classify(ctx context.Context, err error) Reason {
 	switch ctx.Err() {
 	case context.DeadlineExceeded:
 		return ReasonTimeout
@@ -56,8 +60,6 @@ func classify(ctx context.Context, err error) Reason {
 		unknownCA  x509.UnknownAuthorityError
 		hostErr    x509.HostnameError
 		invalidErr x509.CertificateInvalidError
-		tlsErr     *tlsPhaseError
-		refused    *streamError
 		opErr      *net.OpError
 		netErr     net.Error
 	)
@@ -68,8 +70,6 @@ func classify(ctx context.Context, err error) Reason {
 		return ReasonCanceled
 	case errors.As(err, &dnsErr):
 		return ReasonDNS
-	case errors.As(err, &refused):
-		return refused.reason
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return ReasonRefused
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH),
@@ -77,7 +77,7 @@ func classify(ctx context.Context, err error) Reason {
 		return ReasonUnreachable
 	case errors.As(err, &verifyErr), errors.As(err, &alertErr), errors.As(err, &recordErr),
 		errors.As(err, &unknownCA), errors.As(err, &hostErr), errors.As(err, &invalidErr),
-		errors.As(err, &tlsErr), errors.As(err, &opErr) && opErr.Op == "remote error":
+		errors.As(err, &opErr) && opErr.Op == "remote error":
 		// crypto/tls reports an alert from the peer (a client
 		// certificate refused, say) as an OpError "remote error".
 		return ReasonTLS
@@ -89,12 +89,3 @@ func classify(ctx context.Context, err error) Reason {
 	}
 	return ReasonError
 }
-
-// tlsPhaseError marks an error raised while negotiating TLS, so that it is
-// classified as ReasonTLS even when its cause is a plain protocol error (a
-// server refusing TLS, or closing the connection on the TLS request). Timeouts
-// keep their reason: classify checks them first.
-type tlsPhaseError struct{ err error }
-
-func (e *tlsPhaseError) Error() string { return "tls: " + e.err.Error() }
-func (e *tlsPhaseError) Unwrap() error { return e.err }

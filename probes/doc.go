@@ -1,8 +1,10 @@
-// Package probes is a small library of active health probes: TCP, HTTP(S)
-// and PostgreSQL probers, a threshold tracker that turns their results into
-// a healthy/unhealthy state, and a scheduler that runs many of them
-// periodically. It depends on the standard library and github.com/lib/pq
-// only, and knows nothing of Kubernetes.
+// Package probes is a small library of active health probes: TCP and
+// HTTP(S) probers, a threshold tracker that turns their results into a
+// healthy/unhealthy state, and a scheduler that runs many of them
+// periodically. It depends on the standard library only and knows nothing
+// of Kubernetes. The PostgreSQL prober is in package
+// github.com/swh-dev/swh/probes/postgresql, which imports github.com/lib/pq
+// (and so registers its database/sql driver) for its importers only.
 //
 // # Probers
 //
@@ -16,7 +18,7 @@
 // ReasonTimeout, ReasonHTTPStatus, ReasonAuth, ...), a human Message, the
 // probe's Latency and, for failures, the underlying error. A configuration
 // that cannot work is rejected by the constructor (NewTCP, NewHTTP,
-// NewPostgreSQL), never reported as a probe failure. Probers are safe for
+// postgresql.New), never reported as a probe failure. Probers are safe for
 // concurrent use; build one per configuration and probe any number of
 // targets with it.
 //
@@ -28,19 +30,21 @@
 //   - HTTPProber sends one GET or HEAD without keep-alive, does not follow
 //     redirects, reads at most a small part of the body and passes on the
 //     expected status codes (200-399 by default; see ParseStatusCodes).
-//   - PostgreSQLProber logs in (with TLS modes disable, require, verify-ca and
-//     verify-full, certificates in memory), runs a query and passes when it
-//     completes and its first column, if any, is not false.
+//   - postgresql.Prober logs in (with TLS modes disable, require, verify-ca
+//     and verify-full, certificates in memory), runs a query and passes when
+//     it completes and its first column, if any, is not false.
+//
+// A Prober written elsewhere returns the same Results: Classify gives the
+// reason of a connection error as these probers do, and CutMessage bounds a
+// message as they do.
 //
 // # Hostile servers
 //
 // A probe costs a bounded amount of memory and time whatever the server
 // sends: the context's deadline closes the socket in any phase; HTTP reads
 // at most 64 KiB of headers and a few KiB of body; PostgreSQL checks every
-// message before lib/pq parses it (lengths, the whole answer, SCRAM
-// iterations) and sends a password in clear text only to a verified server
-// unless PostgreSQLConfig.AllowCleartextPassword is set. A Result's Message
-// holds at most MaxMessageBytes.
+// message before lib/pq parses it (see package postgresql). A Result's
+// Message holds at most MaxMessageBytes.
 //
 // # Thresholds and scheduling
 //

@@ -82,35 +82,6 @@ func ExampleHTTPProber() {
 	// /ready: failure (http-status) HTTP 503 Service Unavailable, expected 200-299: warming up
 }
 
-func ExamplePostgreSQLProber() {
-	p, err := probes.NewPostgreSQL(probes.PostgreSQLConfig{
-		DBName:   "app",
-		User:     "probe",
-		Password: "secret",
-		// Passes on the primary only.
-		Query:   "SELECT NOT pg_is_in_recovery()",
-		SSLMode: probes.SSLRequire, // or SSLVerifyFull with CACert
-	})
-	if err != nil {
-		panic(err)
-	}
-
-	// Nothing listens there: the probe fails with a reason to act upon.
-	l, target := loopbackListener()
-	l.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	res := p.Probe(ctx, target)
-	fmt.Println(res.Status, res.Reason)
-
-	// A configuration that cannot work is refused up front.
-	_, err = probes.NewPostgreSQL(probes.PostgreSQLConfig{User: "probe", SSLMode: probes.SSLVerifyCA})
-	fmt.Println(err)
-	// Output:
-	// failure refused
-	// probes: postgresql: verify-ca needs CACert
-}
-
 func ExampleParseStatusCodes() {
 	codes, err := probes.ParseStatusCodes("200-299", "304,401")
 	if err != nil {

@@ -382,7 +382,7 @@ func bodySnippet(r io.Reader, n int64) (string, int64) {
 }
 
 func classifyHTTP(ctx context.Context, err error) Reason {
-	reason := classify(ctx, err)
+	reason := Classify(ctx, err)
 	if reason == ReasonError {
 		// net/http does not export its protocol errors.
 		msg := err.Error()

@@ -10,6 +10,22 @@ import (
 	"time"
 )
 
+// hostileChunk is what the hostile servers below stream, written again and
+// again from one buffer so that the servers allocate nothing while a probe
+// is measured.
+var hostileChunk = []byte(strings.Repeat("A", 64<<10))
+
+// stream writes n bytes of hostileChunk, or until the client goes away.
+func stream(c net.Conn, n int) {
+	for n > 0 {
+		k := min(n, len(hostileChunk))
+		if _, err := c.Write(hostileChunk[:k]); err != nil {
+			return
+		}
+		n -= k
+	}
+}
+
 // rawHTTPServer answers every request on loopback with what script writes,
 // after reading the request's header.
 func rawHTTPServer(t *testing.T, script func(c net.Conn)) Target {

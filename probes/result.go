@@ -61,7 +61,7 @@ const (
 	// HTTP.
 	ReasonHTTPStatus Reason = "http-status" // the response status is not an expected one
 
-	// PostgreSQL.
+	// PostgreSQL (package probes/postgresql).
 	ReasonAuth               Reason = "auth"                 // authentication failed (SQLSTATE 28000, 28P01)
 	ReasonDBMissing          Reason = "db-missing"           // the database does not exist (3D000)
 	ReasonTooManyConnections Reason = "too-many-connections" // no connection slot left (53300)
@@ -148,15 +148,19 @@ func begin(ctx context.Context, t Target) (context.Context, context.CancelFunc, 
 }
 
 func pass(start time.Time, msg string) Result {
-	return Result{Status: Success, Reason: ReasonOK, Message: cutMessage(msg), Latency: time.Since(start)}
+	return Result{Status: Success, Reason: ReasonOK, Message: CutMessage(msg), Latency: time.Since(start)}
 }
 
 func fail(start time.Time, reason Reason, err error) Result {
-	return Result{Status: Failure, Reason: reason, Message: cutMessage(err.Error()), Latency: time.Since(start), Err: err}
+	return Result{Status: Failure, Reason: reason, Message: CutMessage(err.Error()), Latency: time.Since(start), Err: err}
 }
 
-// cutMessage bounds a message to MaxMessageBytes; see cutText.
-func cutMessage(msg string) string { return cutText(msg, MaxMessageBytes) }
+// CutMessage bounds msg to MaxMessageBytes as the probers do with their
+// messages: cut on a UTF-8 boundary and ended with "…", invalid UTF-8
+// dropped, control characters (a hostile server's bytes) made spaces. The
+// Scheduler applies it to the results of any Prober; a Prober written
+// elsewhere applies it to the Results it returns to other callers.
+func CutMessage(msg string) string { return cutText(msg, MaxMessageBytes) }
 
 // cutText bounds s to n bytes, cutting on a rune boundary and marking the
 // cut; invalid UTF-8 is dropped and control characters (a hostile server's

@@ -26,7 +26,7 @@ func TestCutText(t *testing.T) {
 			}
 		})
 	}
-	if got := cutMessage(strings.Repeat("x", 5000)); len(got) != MaxMessageBytes {
-		t.Errorf("cutMessage kept %d bytes", len(got))
+	if got := CutMessage(strings.Repeat("x", 5000)); len(got) != MaxMessageBytes {
+		t.Errorf("CutMessage kept %d bytes", len(got))
 	}
 }

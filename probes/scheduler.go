@@ -330,7 +330,7 @@ func (s *Scheduler[K]) probe(p *dispatched[K], parent context.Context) {
 	for p != nil {
 		started := time.Now()
 		res := p.job.Prober.Probe(p.ctx, p.job.Target)
-		res.Message = cutMessage(res.Message) // any Prober's, not only this package's
+		res.Message = CutMessage(res.Message) // any Prober's, not only this package's
 		p.cancel()
 		if !s.stopping.Load() && p.e.gen.Load() == p.gen {
 			s.onResult(Report[K]{Key: p.e.key, Target: p.job.Target, Result: res, Scheduled: s.time(p.due), Started: started})

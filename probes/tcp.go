@@ -50,7 +50,7 @@ func (p *TCPProber) Probe(ctx context.Context, target Target) Result {
 	}
 	conn, err := p.dialer.DialContext(ctx, "tcp", target.Addr())
 	if err != nil {
-		return fail(start, classify(ctx, err), err)
+		return fail(start, Classify(ctx, err), err)
 	}
 	resetOnClose(conn)
 	_ = conn.Close() // a close error cannot change what the connect proved

@@ -16,6 +16,7 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/probes"
+	"github.com/swh-dev/swh/probes/postgresql"
 )
 
 // Reasons the agent adds to the probes library's.
@@ -144,7 +145,7 @@ func (f *proberFactory) postgreSQL(ns string, spec *swhv1alpha1.PostgreSQLProbe)
 		}
 		mu.Lock()
 		if current == nil || currentFor != fingerprint {
-			pr, err := probes.NewPostgreSQL(cfg)
+			pr, err := postgresql.New(cfg)
 			if err != nil {
 				mu.Unlock()
 				return probes.Result{Status: probes.Failure, Reason: ReasonConfig, Message: fmt.Sprintf("PostgreSQL probe: %v", err), Err: err}
@@ -163,14 +164,14 @@ func (f *proberFactory) postgreSQL(ns string, spec *swhv1alpha1.PostgreSQLProbe)
 // disable. The spec is fixed for a prober, so the Secret's fingerprint
 // (zero without one) identifies the configuration. failed is set when the
 // probe cannot run.
-func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *swhv1alpha1.PostgreSQLProbe) (cfg probes.PostgreSQLConfig, fingerprint [sha256.Size]byte, failed *probes.Result) {
-	cfg = probes.PostgreSQLConfig{
+func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *swhv1alpha1.PostgreSQLProbe) (cfg postgresql.Config, fingerprint [sha256.Size]byte, failed *probes.Result) {
+	cfg = postgresql.Config{
 		DBName:                 spec.DBName,
 		Query:                  spec.Query,
 		User:                   "postgres",
 		AllowCleartextPassword: spec.InsecureAllowCleartextPassword,
 	}
-	mode := string(spec.TLSMode)
+	mode := postgresql.SSLMode(spec.TLSMode)
 	if spec.AuthSecretName != "" {
 		key := types.NamespacedName{Namespace: ns, Name: spec.AuthSecretName}
 		data, err := f.secrets.get(ctx, key)
@@ -192,7 +193,7 @@ func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *s
 				return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
 			}
 			if mode == "" {
-				mode = secretMode
+				mode = postgresql.SSLMode(secretMode)
 			}
 		}
 		cfg.User = string(user)
@@ -201,16 +202,8 @@ func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *s
 		fingerprint = data.fingerprint
 	}
 	if mode == "" {
-		mode = probes.SSLDisable
+		mode = postgresql.SSLDisable
 	}
 	cfg.SSLMode = mode
 	return cfg, fingerprint, nil
-}
-
-func validTLSMode(mode string) bool {
-	switch swhv1alpha1.PostgreSQLTLSMode(mode) {
-	case swhv1alpha1.PostgreSQLTLSDisable, swhv1alpha1.PostgreSQLTLSRequire, swhv1alpha1.PostgreSQLTLSVerifyCA, swhv1alpha1.PostgreSQLTLSVerifyFull:
-		return true
-	}
-	return false
 }

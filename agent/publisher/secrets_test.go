@@ -378,7 +378,7 @@ func TestPostgreSQLConfigTLSMode(t *testing.T) {
 				}
 			case failed != nil:
 				t.Fatalf("failed: %+v", failed)
-			case cfg.SSLMode != tt.want || !cfg.AllowCleartextPassword || cfg.User != "u":
+			case string(cfg.SSLMode) != tt.want || !cfg.AllowCleartextPassword || cfg.User != "u":
 				t.Errorf("got sslmode %q, cleartext %v, user %q; want %q, true, u", cfg.SSLMode, cfg.AllowCleartextPassword, cfg.User, tt.want)
 			}
 		})

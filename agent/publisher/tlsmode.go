@@ -12,7 +12,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/probes/postgresql"
 )
+
+// validTLSMode reports whether a tlsMode, the CRD's or a Secret's, is an
+// SSL mode of the prober. The CRD's field stays a string of the api module
+// (its enum lists the same modes); the prober's type decides.
+func validTLSMode(mode string) bool {
+	return postgresql.SSLMode(mode).Validate() == nil
+}
 
 // tlsConflicts remembers, per resource and probe index, the tlsMode
 // conflict last reported, so that each is reported once per change rather

@@ -12,31 +12,32 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/swh-dev/swh/probes"
+	"github.com/swh-dev/swh/probes/postgresql"
 	"github.com/swh-dev/swh/test/harness"
 )
 
 // primaryQuery passes on a primary and fails with query-false on a replica.
 const primaryQuery = "SELECT NOT pg_is_in_recovery()"
 
-func newPostgreSQL(t testing.TB, cfg probes.PostgreSQLConfig) *probes.PostgreSQLProber {
+func newPostgreSQL(t testing.TB, cfg postgresql.Config) *postgresql.Prober {
 	t.Helper()
 	if cfg.SSLMode == "" {
-		cfg.SSLMode = probes.SSLDisable
+		cfg.SSLMode = postgresql.SSLDisable
 	}
-	p, err := probes.NewPostgreSQL(cfg)
+	p, err := postgresql.New(cfg)
 	if err != nil {
-		t.Fatalf("NewPostgreSQL: %v", err)
+		t.Fatalf("postgresql.New: %v", err)
 	}
 	return p
 }
 
 // superuser returns the configuration logging in as the harness's superuser.
-func superuser(pg *harness.Postgres) probes.PostgreSQLConfig {
+func superuser(pg *harness.Postgres) postgresql.Config {
 	o := pg.Options()
-	return probes.PostgreSQLConfig{User: o.User, Password: o.Password, SSLMode: probes.SSLDisable}
+	return postgresql.Config{User: o.User, Password: o.Password, SSLMode: postgresql.SSLDisable}
 }
 
-func with(cfg probes.PostgreSQLConfig, change func(*probes.PostgreSQLConfig)) probes.PostgreSQLConfig {
+func with(cfg postgresql.Config, change func(*postgresql.Config)) postgresql.Config {
 	change(&cfg)
 	return cfg
 }
@@ -71,7 +72,7 @@ func TestPostgreSQLPrimaryAndReplica(t *testing.T) {
 	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.32.10"})
 	replica := primary.StartTestReplica(t, "10.244.32.11", 5432)
 	primaryTarget, replicaTarget := target(t, primary.Addr()), target(t, replica.Addr())
-	p := newPostgreSQL(t, with(superuser(primary), func(c *probes.PostgreSQLConfig) { c.Query = primaryQuery }))
+	p := newPostgreSQL(t, with(superuser(primary), func(c *postgresql.Config) { c.Query = primaryQuery }))
 
 	res := expect(t, p, primaryTarget, probes.Success, probes.ReasonOK)
 	if res.Message != "query returned true" {
@@ -109,19 +110,19 @@ func TestPostgreSQLReasons(t *testing.T) {
 	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.33.10"})
 	tgt := target(t, pg.Addr())
 	su := superuser(pg)
-	query := func(q string) probes.PostgreSQLConfig {
-		return with(su, func(c *probes.PostgreSQLConfig) { c.Query = q })
+	query := func(q string) postgresql.Config {
+		return with(su, func(c *postgresql.Config) { c.Query = q })
 	}
 	tests := []struct {
 		name   string
-		cfg    probes.PostgreSQLConfig
+		cfg    postgresql.Config
 		reason probes.Reason
 	}{
 		{"default query", su, probes.ReasonOK},
-		{"wrong password", with(su, func(c *probes.PostgreSQLConfig) { c.Password = "wrong" }), probes.ReasonAuth},
-		{"unknown role", with(su, func(c *probes.PostgreSQLConfig) { c.User = "nobody_here" }), probes.ReasonAuth},
-		{"missing database", with(su, func(c *probes.PostgreSQLConfig) { c.DBName = "no_such_db" }), probes.ReasonDBMissing},
-		{"TLS required, server without TLS", with(su, func(c *probes.PostgreSQLConfig) { c.SSLMode = probes.SSLRequire }), probes.ReasonTLS},
+		{"wrong password", with(su, func(c *postgresql.Config) { c.Password = "wrong" }), probes.ReasonAuth},
+		{"unknown role", with(su, func(c *postgresql.Config) { c.User = "nobody_here" }), probes.ReasonAuth},
+		{"missing database", with(su, func(c *postgresql.Config) { c.DBName = "no_such_db" }), probes.ReasonDBMissing},
+		{"TLS required, server without TLS", with(su, func(c *postgresql.Config) { c.SSLMode = postgresql.SSLRequire }), probes.ReasonTLS},
 		{"query error", query("SELECT 1/0"), probes.ReasonQueryError},
 		{"syntax error", query("SELEC 1"), probes.ReasonQueryError},
 		{"error in a later row", query("SELECT 1/(2-g) FROM generate_series(1, 3) g"), probes.ReasonQueryError},
@@ -166,7 +167,7 @@ func TestPostgreSQLReasons(t *testing.T) {
 	// One probe, one login: the server logs each connection it authorizes.
 	t.Run("one connection per probe", func(t *testing.T) {
 		const n = 3
-		p := newPostgreSQL(t, with(su, func(c *probes.PostgreSQLConfig) { c.ApplicationName = "swh-probe-counted" }))
+		p := newPostgreSQL(t, with(su, func(c *postgresql.Config) { c.ApplicationName = "swh-probe-counted" }))
 		for range n {
 			expect(t, p, tgt, probes.Success, probes.ReasonOK)
 		}
@@ -189,7 +190,7 @@ func TestPostgreSQLTooManyConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	tgt := target(t, pg.Addr())
-	app := newPostgreSQL(t, probes.PostgreSQLConfig{User: "app", Password: "app-password", SSLMode: probes.SSLDisable})
+	app := newPostgreSQL(t, postgresql.Config{User: "app", Password: "app-password", SSLMode: postgresql.SSLDisable})
 	expect(t, app, tgt, probes.Success, probes.ReasonOK)
 
 	// Hold the role's sessions until the server refuses one.
@@ -266,7 +267,7 @@ func TestPostgreSQLQueryTimeout(t *testing.T) {
 		sleep   = 5 * time.Second
 		appName = "swh-probe-sleeper"
 	)
-	p := newPostgreSQL(t, with(superuser(pg), func(c *probes.PostgreSQLConfig) {
+	p := newPostgreSQL(t, with(superuser(pg), func(c *postgresql.Config) {
 		c.Query = fmt.Sprintf("SELECT pg_sleep(%d)", int(sleep.Seconds()))
 		c.ApplicationName = appName
 	}))
@@ -316,29 +317,29 @@ func TestPostgreSQLTLS(t *testing.T) {
 	}
 	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: addr, TLS: cert})
 	tgt := target(t, pg.Addr())
-	base := with(superuser(pg), func(c *probes.PostgreSQLConfig) {
+	base := with(superuser(pg), func(c *postgresql.Config) {
 		c.Query = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
 	})
-	mode := func(m string, caPEM []byte, serverName string) probes.PostgreSQLConfig {
-		return with(base, func(c *probes.PostgreSQLConfig) { c.SSLMode, c.CACert, c.ServerName = m, caPEM, serverName })
+	mode := func(m postgresql.SSLMode, caPEM []byte, serverName string) postgresql.Config {
+		return with(base, func(c *postgresql.Config) { c.SSLMode, c.CACert, c.ServerName = m, caPEM, serverName })
 	}
 	tests := []struct {
 		name   string
-		cfg    probes.PostgreSQLConfig
+		cfg    postgresql.Config
 		reason probes.Reason
 	}{
-		{"disable: the session is not encrypted", mode(probes.SSLDisable, nil, ""), probes.ReasonQueryFalse},
-		{"require", mode(probes.SSLRequire, nil, ""), probes.ReasonOK},
-		{"require with the CA", mode(probes.SSLRequire, ca.PEM, ""), probes.ReasonOK},
-		{"require with another CA", mode(probes.SSLRequire, other.PEM, ""), probes.ReasonTLS},
-		{"verify-ca", mode(probes.SSLVerifyCA, ca.PEM, ""), probes.ReasonOK},
-		{"verify-ca ignores names", mode(probes.SSLVerifyCA, ca.PEM, "other.example.test"), probes.ReasonOK},
-		{"verify-ca with another CA", mode(probes.SSLVerifyCA, other.PEM, ""), probes.ReasonTLS},
-		{"verify-full, pod IP in the certificate", mode(probes.SSLVerifyFull, ca.PEM, ""), probes.ReasonOK},
-		{"verify-full, name in the certificate", mode(probes.SSLVerifyFull, ca.PEM, "db.example.test"), probes.ReasonOK},
-		{"verify-full, name not in the certificate", mode(probes.SSLVerifyFull, ca.PEM, "other.example.test"), probes.ReasonTLS},
-		{"verify-full with another CA", mode(probes.SSLVerifyFull, other.PEM, ""), probes.ReasonTLS},
-		{"verify-full with the system roots", mode(probes.SSLVerifyFull, nil, ""), probes.ReasonTLS},
+		{"disable: the session is not encrypted", mode(postgresql.SSLDisable, nil, ""), probes.ReasonQueryFalse},
+		{"require", mode(postgresql.SSLRequire, nil, ""), probes.ReasonOK},
+		{"require with the CA", mode(postgresql.SSLRequire, ca.PEM, ""), probes.ReasonOK},
+		{"require with another CA", mode(postgresql.SSLRequire, other.PEM, ""), probes.ReasonTLS},
+		{"verify-ca", mode(postgresql.SSLVerifyCA, ca.PEM, ""), probes.ReasonOK},
+		{"verify-ca ignores names", mode(postgresql.SSLVerifyCA, ca.PEM, "other.example.test"), probes.ReasonOK},
+		{"verify-ca with another CA", mode(postgresql.SSLVerifyCA, other.PEM, ""), probes.ReasonTLS},
+		{"verify-full, pod IP in the certificate", mode(postgresql.SSLVerifyFull, ca.PEM, ""), probes.ReasonOK},
+		{"verify-full, name in the certificate", mode(postgresql.SSLVerifyFull, ca.PEM, "db.example.test"), probes.ReasonOK},
+		{"verify-full, name not in the certificate", mode(postgresql.SSLVerifyFull, ca.PEM, "other.example.test"), probes.ReasonTLS},
+		{"verify-full with another CA", mode(postgresql.SSLVerifyFull, other.PEM, ""), probes.ReasonTLS},
+		{"verify-full with the system roots", mode(postgresql.SSLVerifyFull, nil, ""), probes.ReasonTLS},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -374,21 +375,21 @@ func TestPostgreSQLCleartextPassword(t *testing.T) {
 		t.Fatal(err)
 	}
 	tgt := target(t, pg.Addr())
-	clear := probes.PostgreSQLConfig{User: "clear", Password: "clear-password"}
-	mode := func(cfg probes.PostgreSQLConfig, m string, caPEM []byte, allow bool) probes.PostgreSQLConfig {
-		return with(cfg, func(c *probes.PostgreSQLConfig) { c.SSLMode, c.CACert, c.AllowCleartextPassword = m, caPEM, allow })
+	clear := postgresql.Config{User: "clear", Password: "clear-password"}
+	mode := func(cfg postgresql.Config, m postgresql.SSLMode, caPEM []byte, allow bool) postgresql.Config {
+		return with(cfg, func(c *postgresql.Config) { c.SSLMode, c.CACert, c.AllowCleartextPassword = m, caPEM, allow })
 	}
 	tests := []struct {
 		name   string
-		cfg    probes.PostgreSQLConfig
+		cfg    postgresql.Config
 		reason probes.Reason
 	}{
-		{"disable: refused", mode(clear, probes.SSLDisable, nil, false), probes.ReasonAuth},
-		{"require without a CA: refused", mode(clear, probes.SSLRequire, nil, false), probes.ReasonAuth},
-		{"disable, allowed explicitly", mode(clear, probes.SSLDisable, nil, true), probes.ReasonOK},
-		{"verify-ca", mode(clear, probes.SSLVerifyCA, ca.PEM, false), probes.ReasonOK},
-		{"verify-full", mode(clear, probes.SSLVerifyFull, ca.PEM, false), probes.ReasonOK},
-		{"scram-sha-256 without TLS", mode(superuser(pg), probes.SSLDisable, nil, false), probes.ReasonOK},
+		{"disable: refused", mode(clear, postgresql.SSLDisable, nil, false), probes.ReasonAuth},
+		{"require without a CA: refused", mode(clear, postgresql.SSLRequire, nil, false), probes.ReasonAuth},
+		{"disable, allowed explicitly", mode(clear, postgresql.SSLDisable, nil, true), probes.ReasonOK},
+		{"verify-ca", mode(clear, postgresql.SSLVerifyCA, ca.PEM, false), probes.ReasonOK},
+		{"verify-full", mode(clear, postgresql.SSLVerifyFull, ca.PEM, false), probes.ReasonOK},
+		{"scram-sha-256 without TLS", mode(superuser(pg), postgresql.SSLDisable, nil, false), probes.ReasonOK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

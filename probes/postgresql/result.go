@@ -1,4 +1,4 @@
-package probes
+package postgresql
 
 import (
 	"context"
@@ -7,9 +7,32 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/swh-dev/swh/probes"
 )
+
+// begin starts a probe as the probes package's probers do: it records the
+// start time, applies probes.DefaultTimeout when ctx has no deadline, and
+// validates the target.
+func begin(ctx context.Context, t probes.Target) (context.Context, context.CancelFunc, time.Time, error) {
+	start := time.Now()
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, probes.DefaultTimeout)
+	}
+	return ctx, cancel, start, t.Validate()
+}
+
+func pass(start time.Time, msg string) probes.Result {
+	return probes.Result{Status: probes.Success, Reason: probes.ReasonOK, Message: probes.CutMessage(msg), Latency: time.Since(start)}
+}
+
+func fail(start time.Time, reason probes.Reason, err error) probes.Result {
+	return probes.Result{Status: probes.Failure, Reason: reason, Message: probes.CutMessage(err.Error()), Latency: time.Since(start), Err: err}
+}
 
 // SQLSTATE codes the prober tells apart.
 const (
@@ -23,56 +46,67 @@ const (
 	sqlstateCannotConnectNow     = "57P03" // starting up, shutting down, recovering
 )
 
-// classifyPostgres maps an error of lib/pq to a Reason; query tells whether
-// the login had succeeded.
-func classifyPostgres(ctx context.Context, err error, query bool) Reason {
+// classify maps an error of a probe to a Reason; query tells whether the
+// login had succeeded.
+func classify(ctx context.Context, err error, query bool) probes.Reason {
 	if pqErr := pq.As(err); pqErr != nil {
 		switch pqErr.Code {
 		case sqlstateInvalidPassword, sqlstateInvalidAuthorization:
-			return ReasonAuth
+			return probes.ReasonAuth
 		case sqlstateInvalidCatalogName:
-			return ReasonDBMissing
+			return probes.ReasonDBMissing
 		case sqlstateTooManyConnections:
-			return ReasonTooManyConnections
+			return probes.ReasonTooManyConnections
 		case sqlstateQueryCanceled:
-			return ReasonTimeout
+			return probes.ReasonTimeout
 		case sqlstateAdminShutdown, sqlstateCrashShutdown, sqlstateCannotConnectNow:
-			return ReasonUnavailable
+			return probes.ReasonUnavailable
 		}
 		if query {
-			return ReasonQueryError
+			return probes.ReasonQueryError
 		}
-		return ReasonError
+		return probes.ReasonError
 	}
-	reason := classify(ctx, err)
-	if reason == ReasonError {
-		switch {
-		case errors.Is(err, driver.ErrBadConn):
-			// pq reports a lost connection, and a FATAL error during
-			// a query, as ErrBadConn.
-			return ReasonReset
-		case query:
-			return ReasonQueryError
-		}
+	reason := probes.Classify(ctx, err)
+	if reason == probes.ReasonTimeout || reason == probes.ReasonCanceled {
+		return reason
+	}
+	var (
+		refused *streamError
+		tlsErr  *tlsPhaseError
+	)
+	switch {
+	case errors.As(err, &refused):
+		return refused.reason
+	case errors.As(err, &tlsErr):
+		return probes.ReasonTLS
+	case reason != probes.ReasonError:
+		return reason
+	case errors.Is(err, driver.ErrBadConn):
+		// pq reports a lost connection, and a FATAL error during a
+		// query, as ErrBadConn.
+		return probes.ReasonReset
+	case query:
+		return probes.ReasonQueryError
 	}
 	return reason
 }
 
 // serverWords says what an error the server reported means, for a reason
-// classifyPostgres gave it.
-func serverWords(r Reason) string {
+// classify gave it.
+func serverWords(r probes.Reason) string {
 	switch r {
-	case ReasonAuth:
+	case probes.ReasonAuth:
 		return "authentication failed"
-	case ReasonDBMissing:
+	case probes.ReasonDBMissing:
 		return "the database does not exist"
-	case ReasonTooManyConnections:
+	case probes.ReasonTooManyConnections:
 		return "the server has no connection slot left for this login"
-	case ReasonUnavailable:
+	case probes.ReasonUnavailable:
 		return "the server is starting up, shutting down or recovering"
-	case ReasonTimeout:
+	case probes.ReasonTimeout:
 		return "the query ran past statement_timeout"
-	case ReasonQueryError:
+	case probes.ReasonQueryError:
 		return "the query failed"
 	}
 	return "the server refused the login"

@@ -1,4 +1,4 @@
-package probes
+package postgresql
 
 import (
 	"bufio"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 // hostileChunk is what the hostile servers below stream, written again and
@@ -41,7 +43,7 @@ func stream(c net.Conn, n int) {
 // hostileServer accepts connections on loopback, reads the startup packet
 // and hands the connection to script. The scripts precompute what they
 // send.
-func hostileServer(t *testing.T, script func(c net.Conn)) Target {
+func hostileServer(t *testing.T, script func(c net.Conn)) probes.Target {
 	t.Helper()
 	l := listen(t, "tcp4", "127.0.0.1")
 	serve(t, l, func(c net.Conn) {
@@ -88,30 +90,30 @@ func TestPostgreSQLHostileServers(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		script func(c net.Conn)
-		want   Reason
+		want   probes.Reason
 	}{
 		{"64 MiB error message", func(c net.Conn) {
 			_, _ = c.Write(append(pgHeader('E', 64<<20), "SFATAL\x00C28000\x00M"...))
 			stream(c, 64<<20)
-		}, ReasonProtocol},
+		}, probes.ReasonProtocol},
 		{"64 MiB plain-text error without NUL", func(c net.Conn) {
 			_, _ = c.Write([]byte("Ecould not fork new process for connection: "))
 			stream(c, 64<<20)
-		}, ReasonProtocol},
+		}, probes.ReasonProtocol},
 		{"error claiming 29 KB, sending 10 bytes", func(c net.Conn) {
 			_, _ = c.Write(append(pgHeader('E', 29_000), "SFATAL\x00C2"...))
 			time.Sleep(2 * deadline)
-		}, ReasonTimeout},
+		}, probes.ReasonTimeout},
 		{"512 MiB claimed after authentication", func(c net.Conn) {
 			_, _ = c.Write(append(append([]byte{}, authOK...), append(pgHeader('S', 512<<20), "0123456789"...)...))
 			time.Sleep(2 * deadline)
-		}, ReasonProtocol},
+		}, probes.ReasonProtocol},
 		{"512 MiB row after the query", func(c net.Conn) {
 			_, _ = c.Write(loginPackets)
 			_, _ = c.Read(make([]byte, 256))
 			_, _ = c.Write(append(pgHeader('D', 512<<20), 0, 1))
 			stream(c, 64<<20)
-		}, ReasonProtocol},
+		}, probes.ReasonProtocol},
 		{"endless notices", func(c net.Conn) {
 			_, _ = c.Write(authOK)
 			for range 64 {
@@ -119,19 +121,19 @@ func TestPostgreSQLHostileServers(t *testing.T) {
 					return
 				}
 			}
-		}, ReasonProtocol},
+		}, probes.ReasonProtocol},
 		{"endless parameter statuses", func(c net.Conn) {
 			_, _ = c.Write(authOK)
 			_, _ = c.Write(manyParams)
-		}, ReasonProtocol},
+		}, probes.ReasonProtocol},
 		{"no ReadyForQuery", func(c net.Conn) {
 			_, _ = c.Write(append(append([]byte{}, authOK...), keyData...))
 			time.Sleep(2 * deadline)
-		}, ReasonTimeout},
+		}, probes.ReasonTimeout},
 		{"no answer to the query", func(c net.Conn) {
 			_, _ = c.Write(loginPackets)
 			time.Sleep(2 * deadline)
-		}, ReasonTimeout},
+		}, probes.ReasonTimeout},
 		{"two billion SCRAM iterations", func(c net.Conn) {
 			_, _ = c.Write(scram)
 			// SASLInitialResponse: 'p', length, "SCRAM-SHA-256\0",
@@ -144,15 +146,15 @@ func TestPostgreSQLHostileServers(t *testing.T) {
 			}
 			_, _ = c.Write(pgMessage('R', fmt.Appendf(binary.BigEndian.AppendUint32(nil, 11), "r=%sservernonce,s=c2FsdA==,i=2147483647", nonce)))
 			time.Sleep(2 * deadline)
-		}, ReasonAuth},
+		}, probes.ReasonAuth},
 		{"HTTP server", func(c net.Conn) {
 			_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 67108864\r\n\r\n"))
 			stream(c, 64<<20)
-		}, ReasonProtocol},
+		}, probes.ReasonProtocol},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			target := hostileServer(t, tc.script)
-			p := newPG(t, PostgreSQLConfig{Password: "secret"})
+			p := newPG(t, Config{Password: "secret"})
 			p.Probe(ctxTimeout(t, deadline), refusedTarget(t, "tcp4", "127.0.0.1")) // warm up pq's lazy state
 			var before, after runtime.MemStats
 			runtime.GC()
@@ -161,30 +163,30 @@ func TestPostgreSQLHostileServers(t *testing.T) {
 			runtime.ReadMemStats(&after)
 			allocated := after.TotalAlloc - before.TotalAlloc
 			t.Logf("%v; %d bytes allocated", res, allocated)
-			wantReason(t, res, Failure, tc.want)
+			wantReason(t, res, probes.Failure, tc.want)
 			if allocated > heapBound {
 				t.Errorf("the probe allocated %d bytes, more than %d", allocated, heapBound)
 			}
 			if res.Latency > deadline+time.Second {
 				t.Errorf("the probe took %v with a %v deadline", res.Latency, deadline)
 			}
-			if len(res.Message) > MaxMessageBytes {
-				t.Errorf("the message has %d bytes, more than %d", len(res.Message), MaxMessageBytes)
+			if len(res.Message) > probes.MaxMessageBytes {
+				t.Errorf("the message has %d bytes, more than %d", len(res.Message), probes.MaxMessageBytes)
 			}
 		})
 	}
 }
 
 // TestPostgreSQLLongServerError cuts a long (valid) error of the server to
-// MaxMessageBytes in the result.
+// probes.MaxMessageBytes in the result.
 func TestPostgreSQLLongServerError(t *testing.T) {
 	text := strings.Repeat("é", 10_000) // 20,000 bytes, two per rune
 	target := hostileServer(t, func(c net.Conn) {
 		_, _ = c.Write(pgMessage('E', fmt.Appendf(nil, "SFATAL\x00C28P01\x00M%s\x00\x00", text)))
 	})
-	res := newPG(t, PostgreSQLConfig{}).Probe(ctxTimeout(t, 5*time.Second), target)
-	wantReason(t, res, Failure, ReasonAuth)
-	if len(res.Message) > MaxMessageBytes || !strings.HasSuffix(res.Message, "é…") {
+	res := newPG(t, Config{}).Probe(ctxTimeout(t, 5*time.Second), target)
+	wantReason(t, res, probes.Failure, probes.ReasonAuth)
+	if len(res.Message) > probes.MaxMessageBytes || !strings.HasSuffix(res.Message, "é…") {
 		t.Errorf("message of %d bytes ends with %q", len(res.Message), res.Message[max(0, len(res.Message)-8):])
 	}
 	if !strings.HasPrefix(res.Message, "postgresql: connect: authentication failed (SQLSTATE 28P01): éé") {
@@ -203,16 +205,16 @@ func TestPostgreSQLCleartextPassword(t *testing.T) {
 		name string
 		tls  bool
 		md5  bool
-		cfg  PostgreSQLConfig
-		want Reason
+		cfg  Config
+		want probes.Reason
 	}{
-		{"disable", false, false, PostgreSQLConfig{SSLMode: SSLDisable}, ReasonAuth},
-		{"disable, allowed", false, false, PostgreSQLConfig{SSLMode: SSLDisable, AllowCleartextPassword: true}, ReasonOK},
-		{"disable, MD5", false, true, PostgreSQLConfig{SSLMode: SSLDisable}, ReasonOK},
-		{"require without CA", true, false, PostgreSQLConfig{SSLMode: SSLRequire}, ReasonAuth},
-		{"require with CA", true, false, PostgreSQLConfig{SSLMode: SSLRequire, CACert: serverCA.pem}, ReasonOK},
-		{"verify-ca", true, false, PostgreSQLConfig{SSLMode: SSLVerifyCA, CACert: serverCA.pem}, ReasonOK},
-		{"verify-full", true, false, PostgreSQLConfig{SSLMode: SSLVerifyFull, CACert: serverCA.pem}, ReasonOK},
+		{"disable", false, false, Config{SSLMode: SSLDisable}, probes.ReasonAuth},
+		{"disable, allowed", false, false, Config{SSLMode: SSLDisable, AllowCleartextPassword: true}, probes.ReasonOK},
+		{"disable, MD5", false, true, Config{SSLMode: SSLDisable}, probes.ReasonOK},
+		{"require without CA", true, false, Config{SSLMode: SSLRequire}, probes.ReasonAuth},
+		{"require with CA", true, false, Config{SSLMode: SSLRequire, CACert: serverCA.pem}, probes.ReasonOK},
+		{"verify-ca", true, false, Config{SSLMode: SSLVerifyCA, CACert: serverCA.pem}, probes.ReasonOK},
+		{"verify-full", true, false, Config{SSLMode: SSLVerifyFull, CACert: serverCA.pem}, probes.ReasonOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			backend := &pgBackend{password: "s3cret", md5: tc.md5, column: &pgColumn{16, text("t")}}
@@ -230,12 +232,12 @@ func TestPostgreSQLCleartextPassword(t *testing.T) {
 				if ended == "" && time.Now().Before(deadline) {
 					continue
 				}
-				if refused := tc.want != ReasonOK; refused != (ended == "no password") {
+				if refused := tc.want != probes.ReasonOK; refused != (ended == "no password") {
 					t.Errorf("the session ended with %q (password refused: %v)", ended, refused)
 				}
 				break
 			}
-			if tc.want == ReasonAuth && !strings.Contains(res.Message, "clear text") {
+			if tc.want == probes.ReasonAuth && !strings.Contains(res.Message, "clear text") {
 				t.Errorf("message %q does not say why", res.Message)
 			}
 		})

@@ -1,4 +1,4 @@
-package probes
+package postgresql
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 // pgBackend is a minimal PostgreSQL server: just enough of protocol 3.0 to
@@ -46,7 +48,7 @@ type pgColumn struct {
 
 func text(s string) *string { return &s }
 
-func (b *pgBackend) start(t *testing.T) Target {
+func (b *pgBackend) start(t *testing.T) probes.Target {
 	t.Helper()
 	l := listen(t, "tcp4", "127.0.0.1")
 	var wg sync.WaitGroup

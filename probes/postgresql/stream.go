@@ -1,4 +1,4 @@
-package probes
+package postgresql
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"net"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 // Bounds on what one PostgreSQL probe reads from its server. lib/pq trusts
@@ -14,21 +16,23 @@ import (
 // malformed error up to a NUL however far away, stores every parameter the
 // server reports and computes as many SCRAM iterations as it is told. The
 // prober checks every message before pq sees it, so that a hostile or
-// broken server costs the probe a bounded amount of memory and CPU.
+// broken server costs the probe a bounded amount of memory and CPU. The
+// package documentation states them; they are not exported, so that tuning
+// one is no API change.
 const (
-	// MaxPostgreSQLMessageBytes bounds one message from the server (its
-	// claimed length included). PostgreSQL's own errors and notices stay
-	// under 30,000 bytes (libpq's MAX_ERRLEN); a probe query's row should
-	// be far smaller.
-	MaxPostgreSQLMessageBytes = 64 << 10
-	// MaxPostgreSQLResponseBytes bounds everything the server sends in one
-	// probe, login included. A login takes about 1 KiB; a probe query
-	// should return one small row.
-	MaxPostgreSQLResponseBytes = 256 << 10
-	// MaxSCRAMIterations bounds the SCRAM-SHA-256 iteration count a server
+	// maxMessageBytes bounds one message from the server (its claimed
+	// length included). PostgreSQL's own errors and notices stay under
+	// 30,000 bytes (libpq's MAX_ERRLEN); a probe query's row should be far
+	// smaller.
+	maxMessageBytes = 64 << 10
+	// maxResponseBytes bounds everything the server sends in one probe,
+	// login included. A login takes about 1 KiB; a probe query should
+	// return one small row.
+	maxResponseBytes = 256 << 10
+	// maxSCRAMIterations bounds the SCRAM-SHA-256 iteration count a server
 	// may ask for (PostgreSQL's default is 4096): each costs the prober two
 	// HMACs, and pq cannot be interrupted while it computes them.
-	MaxSCRAMIterations = 100_000
+	maxSCRAMIterations = 100_000
 
 	// maxAuthMessage bounds an authentication request: a SASL mechanism
 	// list or challenge, an MD5 salt, all small.
@@ -50,7 +54,7 @@ const (
 
 // streamError is a message the prober refused to hand to pq.
 type streamError struct {
-	reason Reason
+	reason probes.Reason
 	msg    string
 }
 
@@ -105,8 +109,8 @@ func (s *pgStream) Read(b []byte) (int, error) {
 func (s *pgStream) refusal() *streamError { return s.refused.Load() }
 
 func (s *pgStream) scan(b []byte) *streamError {
-	if s.total += len(b); s.total > MaxPostgreSQLResponseBytes {
-		return &streamError{ReasonProtocol, fmt.Sprintf("the server sent more than %d bytes in one probe (a probe query should return one small row)", MaxPostgreSQLResponseBytes)}
+	if s.total += len(b); s.total > maxResponseBytes {
+		return &streamError{probes.ReasonProtocol, fmt.Sprintf("the server sent more than %d bytes in one probe (a probe query should return one small row)", maxResponseBytes)}
 	}
 	for len(b) > 0 {
 		switch {
@@ -122,7 +126,7 @@ func (s *pgStream) scan(b []byte) *streamError {
 				s.inPlain, s.ended = false, true
 			}
 			if s.plain += i + 1; s.plain > maxPlainTextError {
-				return &streamError{ReasonProtocol, fmt.Sprintf("the server's plain-text error runs past %d bytes: not a PostgreSQL server?", maxPlainTextError)}
+				return &streamError{probes.ReasonProtocol, fmt.Sprintf("the server's plain-text error runs past %d bytes: not a PostgreSQL server?", maxPlainTextError)}
 			}
 			b = b[i+1:]
 		case s.hdrLen < len(s.header):
@@ -162,23 +166,23 @@ func (s *pgStream) startMessage() *streamError {
 		// An authentication request, an error or a protocol
 		// negotiation comes first; "HTTP/1.1 400" or an SMTP greeting
 		// would read as a message of a gigabyte.
-		return &streamError{ReasonProtocol, fmt.Sprintf("the server's first message starts with %q: not a PostgreSQL server?", s.header[:])}
+		return &streamError{probes.ReasonProtocol, fmt.Sprintf("the server's first message starts with %q: not a PostgreSQL server?", s.header[:])}
 	}
 	if typ == 'E' && (length < 8 || length-4 > pqMaxErrlen) {
 		if !printable(s.header[1:]) {
-			return &streamError{ReasonProtocol, fmt.Sprintf("the server sent an error message of %d bytes; the limit is %d", length, pqMaxErrlen)}
+			return &streamError{probes.ReasonProtocol, fmt.Sprintf("the server sent an error message of %d bytes; the limit is %d", length, pqMaxErrlen)}
 		}
 		// Text where the length should be: pq reads it as a plain-text
 		// error up to a NUL.
 		s.inPlain, s.plain, s.hdrLen = true, 0, 0
 		return nil
 	}
-	limit := int64(MaxPostgreSQLMessageBytes)
+	limit := int64(maxMessageBytes)
 	if typ == 'R' {
 		limit = maxAuthMessage
 	}
 	if length < 4 || length > limit {
-		return &streamError{ReasonProtocol, fmt.Sprintf("the server sent a %q message of %d bytes; the limit is %d", typ, length, limit)}
+		return &streamError{probes.ReasonProtocol, fmt.Sprintf("the server sent a %q message of %d bytes; the limit is %d", typ, length, limit)}
 	}
 	s.left = int(length) - 4
 	s.auth = nil
@@ -197,17 +201,17 @@ func (s *pgStream) endMessage() *streamError {
 	body := s.auth
 	s.auth = nil
 	if len(body) < 4 {
-		return &streamError{ReasonProtocol, "the server sent a truncated authentication request"}
+		return &streamError{probes.ReasonProtocol, "the server sent a truncated authentication request"}
 	}
 	switch binary.BigEndian.Uint32(body) {
 	case authCleartextPassword:
 		if !s.cleartextOK {
-			return &streamError{ReasonAuth, "the server asked for the password in clear text over a connection whose server is not verified; " +
+			return &streamError{probes.ReasonAuth, "the server asked for the password in clear text over a connection whose server is not verified; " +
 				"the prober refused to send it (verify the server with TLS, or allow cleartext passwords explicitly)"}
 		}
 	case authSASLContinue:
-		if n, ok := scramIterations(body[4:]); ok && n > MaxSCRAMIterations {
-			return &streamError{ReasonAuth, fmt.Sprintf("the server asked for %d SCRAM iterations; the prober computes at most %d", n, MaxSCRAMIterations)}
+		if n, ok := scramIterations(body[4:]); ok && n > maxSCRAMIterations {
+			return &streamError{probes.ReasonAuth, fmt.Sprintf("the server asked for %d SCRAM iterations; the prober computes at most %d", n, maxSCRAMIterations)}
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package probes
+package postgresql
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"testing"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 // chunkConn hands out data in the given chunk sizes, then io.EOF.
@@ -70,7 +72,7 @@ func checkPassed(t *testing.T, passed []byte, cleartextOK bool) {
 			}
 			return // pq stops at its NUL
 		}
-		limit := MaxPostgreSQLMessageBytes
+		limit := maxMessageBytes
 		if typ == 'R' {
 			limit = maxAuthMessage
 		}
@@ -88,7 +90,7 @@ func checkPassed(t *testing.T, passed []byte, cleartextOK bool) {
 					t.Fatal("a cleartext password request was handed on")
 				}
 			case authSASLContinue:
-				if n, ok := scramIterations(body[4:]); ok && n > MaxSCRAMIterations {
+				if n, ok := scramIterations(body[4:]); ok && n > maxSCRAMIterations {
 					t.Fatalf("a request for %d SCRAM iterations was handed on", n)
 				}
 			}
@@ -105,20 +107,20 @@ var streamCases = []struct {
 	name        string
 	data        []byte
 	cleartextOK bool
-	want        Reason // "" when the stream must accept everything
+	want        probes.Reason // "" when the stream must accept everything
 }{
 	{"a login", bytes.Join([][]byte{authRequest(5, "salt"), authOK, pgMessage('S', []byte("TimeZone\x00UTC\x00")), keyData, readyForQ}, nil), false, ""},
-	{"cleartext refused", bytes.Join([][]byte{pgMessage('N', []byte("Mhi\x00\x00")), authRequest(authCleartextPassword, ""), authOK}, nil), false, ReasonAuth},
+	{"cleartext refused", bytes.Join([][]byte{pgMessage('N', []byte("Mhi\x00\x00")), authRequest(authCleartextPassword, ""), authOK}, nil), false, probes.ReasonAuth},
 	{"cleartext allowed", bytes.Join([][]byte{authRequest(authCleartextPassword, ""), authOK, readyForQ}, nil), true, ""},
-	{"SCRAM iterations", bytes.Join([][]byte{authRequest(10, "SCRAM-SHA-256\x00\x00"), authRequest(authSASLContinue, "r=abc,s=c2FsdA==,i=100001")}, nil), false, ReasonAuth},
+	{"SCRAM iterations", bytes.Join([][]byte{authRequest(10, "SCRAM-SHA-256\x00\x00"), authRequest(authSASLContinue, "r=abc,s=c2FsdA==,i=100001")}, nil), false, probes.ReasonAuth},
 	{"SCRAM at the limit", bytes.Join([][]byte{authRequest(10, "SCRAM-SHA-256\x00\x00"), authRequest(authSASLContinue, "r=abc,s=c2FsdA==,i=100000")}, nil), false, ""},
-	{"oversize row", bytes.Join([][]byte{authOK, readyForQ, pgHeader('D', MaxPostgreSQLMessageBytes+1), []byte("xx")}, nil), false, ReasonProtocol},
-	{"message at the limit", bytes.Join([][]byte{authOK, pgMessage('D', make([]byte, MaxPostgreSQLMessageBytes-4))}, nil), false, ""},
-	{"oversize auth request", append(pgHeader('R', maxAuthMessage+1), 0, 0, 0, 10), false, ReasonProtocol},
+	{"oversize row", bytes.Join([][]byte{authOK, readyForQ, pgHeader('D', maxMessageBytes+1), []byte("xx")}, nil), false, probes.ReasonProtocol},
+	{"message at the limit", bytes.Join([][]byte{authOK, pgMessage('D', make([]byte, maxMessageBytes-4))}, nil), false, ""},
+	{"oversize auth request", append(pgHeader('R', maxAuthMessage+1), 0, 0, 0, 10), false, probes.ReasonProtocol},
 	{"plain-text error", []byte("Ecould not fork new process for connection: out of memory\n\x00trailing bytes"), false, ""},
-	{"error claiming a gigabyte", append(pgHeader('E', 1<<30), "SFATAL\x00"...), false, ReasonProtocol},
-	{"not PostgreSQL", []byte("220 smtp.example.test ESMTP\r\n"), false, ReasonProtocol},
-	{"truncated auth request", pgMessage('R', []byte{0, 0}), false, ReasonProtocol},
+	{"error claiming a gigabyte", append(pgHeader('E', 1<<30), "SFATAL\x00"...), false, probes.ReasonProtocol},
+	{"not PostgreSQL", []byte("220 smtp.example.test ESMTP\r\n"), false, probes.ReasonProtocol},
+	{"truncated auth request", pgMessage('R', []byte{0, 0}), false, probes.ReasonProtocol},
 }
 
 // TestPGStreamSplitAnywhere feeds every case whole, split at every offset,
@@ -165,7 +167,7 @@ func FuzzPGStream(f *testing.F) {
 		f.Add(tc.data, []byte{3, 1, 7}, tc.cleartextOK)
 	}
 	f.Fuzz(func(t *testing.T, data, splits []byte, cleartextOK bool) {
-		if len(data) > MaxPostgreSQLResponseBytes {
+		if len(data) > maxResponseBytes {
 			return // the total cap counts whole reads: verdicts may differ by chunking
 		}
 		_, whole := feed(data, nil, cleartextOK)

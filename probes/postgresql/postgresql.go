@@ -1,4 +1,4 @@
-package probes
+package postgresql
 
 import (
 	"bytes"
@@ -16,18 +16,12 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/swh-dev/swh/probes"
 )
 
-// The PostgreSQL TLS modes, as libpq's sslmode.
-const (
-	SSLDisable    = "disable"     // plain TCP
-	SSLRequire    = "require"     // TLS, server not verified (unless CACert is set, as libpq does)
-	SSLVerifyCA   = "verify-ca"   // TLS, server certificate signed by CACert
-	SSLVerifyFull = "verify-full" // verify-ca, and the certificate names the server
-)
-
-// PostgreSQLConfig configures a PostgreSQLProber.
-type PostgreSQLConfig struct {
+// Config configures a Prober.
+type Config struct {
 	// DBName is the database to connect to; "postgres" by default.
 	DBName string
 	// User is the role to log in as; required (the prober never falls back
@@ -41,9 +35,10 @@ type PostgreSQLConfig struct {
 	// first row is not false: false, f, 0, no, off (any case) and NULL are
 	// false, and so is any number equal to zero.
 	Query string
-	// SSLMode is disable, require, verify-ca or verify-full. It is required:
-	// the default sslmode differs between libpq and versions of lib/pq.
-	SSLMode string
+	// SSLMode is SSLDisable, SSLRequire, SSLVerifyCA or SSLVerifyFull. It
+	// is required: the default sslmode differs between libpq and versions
+	// of lib/pq.
+	SSLMode SSLMode
 	// CACert is a PEM bundle of the authorities that verify the server.
 	// verify-ca needs it; verify-full uses the system roots without it;
 	// with require it turns on verification of the chain, as in libpq.
@@ -57,8 +52,9 @@ type PostgreSQLConfig struct {
 	ServerName string
 	// AllowCleartextPassword lets the prober answer a server that asks for
 	// the password in clear text (password authentication) over a
-	// connection whose server is not verified (sslmode disable, or require
-	// without CACert). Off, such a request fails the probe with ReasonAuth
+	// connection whose server is not verified (SSLDisable, or SSLRequire
+	// without CACert). Off, such a request fails the probe with
+	// probes.ReasonAuth
 	// before the password is sent: whoever answers on the target's address
 	// would otherwise receive it. MD5 and SCRAM-SHA-256 never send the
 	// password itself and are always answered; over verify-ca or
@@ -68,29 +64,29 @@ type PostgreSQLConfig struct {
 	// "swh-probe" by default.
 	ApplicationName string
 	// Dialer opens the connection; nil means a net.Dialer.
-	Dialer Dialer
+	Dialer probes.Dialer
 }
 
-// PostgreSQLProber logs in, runs a query and checks its first column. Each
+// Prober logs in, runs a query and checks its first column. Each
 // probe opens exactly one connection (one server backend) and closes it. The
 // context's deadline bounds the whole probe: it becomes connect_timeout for
 // the login handshake, statement_timeout for the query on the server, and a
 // socket deadline on the client; cancelling the context closes the socket.
-type PostgreSQLProber struct {
+type Prober struct {
 	dbName, user, password string
 	query, appName         string
 	tls                    *tls.Config // nil for sslmode disable
 	verifyName             bool        // verify-full: check the certificate names the server
 	cleartextOK            bool        // answer a request for the password in clear text
 	serverName             string
-	dialer                 Dialer
+	dialer                 probes.Dialer
 }
 
-var _ Prober = (*PostgreSQLProber)(nil)
+var _ probes.Prober = (*Prober)(nil)
 
-// NewPostgreSQL validates cfg and returns a PostgreSQL prober.
-func NewPostgreSQL(cfg PostgreSQLConfig) (*PostgreSQLProber, error) {
-	p := &PostgreSQLProber{
+// New validates cfg and returns a prober.
+func New(cfg Config) (*Prober, error) {
+	p := &Prober{
 		dbName: cfg.DBName, user: cfg.User, password: cfg.Password,
 		query: cfg.Query, appName: cfg.ApplicationName,
 		serverName: cfg.ServerName, dialer: cfg.Dialer,
@@ -105,18 +101,20 @@ func NewPostgreSQL(cfg PostgreSQLConfig) (*PostgreSQLProber, error) {
 		p.appName = "swh-probe"
 	}
 	if p.dialer == nil {
-		p.dialer = newDefaultDialer()
+		// As the probes package's default: keep-alive is pointless on a
+		// connection that lives for one probe.
+		p.dialer = &net.Dialer{KeepAlive: -1}
 	}
 	if p.user == "" {
-		return nil, errors.New("probes: postgresql: User is required")
+		return nil, errors.New("postgresql: User is required")
 	}
 	for name, v := range map[string]string{"DBName": p.dbName, "User": p.user, "Password": p.password, "ApplicationName": p.appName, "Query": p.query} {
 		if strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("probes: postgresql: %s holds a NUL byte", name)
+			return nil, fmt.Errorf("postgresql: %s holds a NUL byte", name)
 		}
 	}
 	var err error
-	if p.tls, err = postgresTLSConfig(cfg); err != nil {
+	if p.tls, err = tlsConfig(cfg); err != nil {
 		return nil, err
 	}
 	p.verifyName = cfg.SSLMode == SSLVerifyFull
@@ -131,7 +129,7 @@ func NewPostgreSQL(cfg PostgreSQLConfig) (*PostgreSQLProber, error) {
 // by field rather than parsed from a DSN so that no PG* environment variable
 // or service file changes what the probe does. sslmode is "disable" for pq
 // because the prober's dialer has already negotiated TLS (see startTLS).
-func (p *PostgreSQLProber) pqConfig(target Target, timeout time.Duration) pq.Config {
+func (p *Prober) pqConfig(target probes.Target, timeout time.Duration) pq.Config {
 	return pq.Config{
 		Host:               target.Host,
 		Port:               uint16(target.Port),
@@ -162,11 +160,11 @@ func timeoutMillis(d time.Duration) int64 {
 }
 
 // Probe logs in to target, runs the query and checks its first column.
-func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) (res Result) {
+func (p *Prober) Probe(ctx context.Context, target probes.Target) (res probes.Result) {
 	ctx, cancel, start, err := begin(ctx, target)
 	defer cancel()
 	if err != nil {
-		return fail(start, ReasonInvalidTarget, err)
+		return fail(start, probes.ReasonInvalidTarget, err)
 	}
 	deadline, _ := ctx.Deadline()
 
@@ -178,18 +176,18 @@ func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) (res Result
 		// in it must fail this probe, not crash the process.
 		if r := recover(); r != nil {
 			guard.abort()
-			res = fail(start, ReasonProtocol, fmt.Errorf("postgresql: the client library failed on the server's answer: %v", r))
+			res = fail(start, probes.ReasonProtocol, fmt.Errorf("postgresql: the client library failed on the server's answer: %v", r))
 		}
 	}()
 	connector, err := pq.NewConnectorConfig(p.pqConfig(target, time.Until(deadline)))
 	if err != nil {
-		return fail(start, ReasonError, fmt.Errorf("postgresql: %w", err))
+		return fail(start, probes.ReasonError, fmt.Errorf("postgresql: %w", err))
 	}
 	connector.Dialer(&pgDialer{prober: p, target: target, guard: guard})
 	conn, err := connector.Connect(ctx)
 	if err != nil {
 		guard.abort() // pq closes on most failures, not all
-		return failPostgres(ctx, start, "connect", guard.refusalOr(err))
+		return failPhase(ctx, start, "connect", guard.refusalOr(err))
 	}
 	defer conn.Close()
 	// pq clears the socket deadline after the handshake; the query phase
@@ -198,24 +196,24 @@ func (p *PostgreSQLProber) Probe(ctx context.Context, target Target) (res Result
 
 	value, rowsSeen, err := runQuery(ctx, conn, p.query)
 	if err != nil {
-		return failPostgres(ctx, start, "query", guard.refusalOr(err))
+		return failPhase(ctx, start, "query", guard.refusalOr(err))
 	}
 	switch {
 	case !rowsSeen:
 		return pass(start, "query returned no row")
 	case !truthy(value):
-		return fail(start, ReasonQueryFalse, fmt.Errorf("postgresql: query returned %s", describeValue(value)))
+		return fail(start, probes.ReasonQueryFalse, fmt.Errorf("postgresql: query returned %s", describeValue(value)))
 	}
 	return pass(start, "query returned "+describeValue(value))
 }
 
-// failPostgres returns the failure of a phase ("connect" or "query"). When
+// failPhase returns the failure of a phase ("connect" or "query"). When
 // the probe's context has ended, the message starts with that: the error
 // itself then often only says that the socket was closed under pq. An error
 // the server reported reads as the prober's words for its reason, then the
 // server's: the wording of one SQLSTATE varies between servers and limits.
-func failPostgres(ctx context.Context, start time.Time, phase string, err error) Result {
-	reason := classifyPostgres(ctx, err, phase == "query")
+func failPhase(ctx context.Context, start time.Time, phase string, err error) probes.Result {
+	reason := classify(ctx, err, phase == "query")
 	if pqErr := pq.As(err); pqErr != nil {
 		err = &serverError{words: serverWords(reason), err: err, code: string(pqErr.Code), text: pqErr.Message}
 	}

@@ -1,4 +1,4 @@
-package probes
+package postgresql
 
 import (
 	"context"
@@ -9,21 +9,23 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 // pgDialer is the lib/pq dialer of one probe: it dials through the prober's
 // Dialer, negotiates TLS itself and checks that the server speaks the
 // PostgreSQL protocol.
 type pgDialer struct {
-	prober *PostgreSQLProber
-	target Target
+	prober *Prober
+	target probes.Target
 	guard  *connGuard
 }
 
 // Dial and DialTimeout complete pq.Dialer; pq calls DialContext instead
 // whenever the dialer has it.
 func (d *pgDialer) Dial(network, address string) (net.Conn, error) {
-	return d.DialTimeout(network, address, DefaultTimeout)
+	return d.DialTimeout(network, address, probes.DefaultTimeout)
 }
 
 func (d *pgDialer) DialTimeout(network, address string, timeout time.Duration) (net.Conn, error) {
@@ -63,7 +65,7 @@ var sslRequest = [8]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}
 // in-memory "sslinline" mode insists on a client certificate), falls back to
 // files under ~/.postgresql, and keeps custom tls.Configs in a process-wide
 // registry; here everything stays in the prober's memory.
-func (p *PostgreSQLProber) startTLS(ctx context.Context, raw net.Conn, target Target) (net.Conn, error) {
+func (p *Prober) startTLS(ctx context.Context, raw net.Conn, target probes.Target) (net.Conn, error) {
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = raw.SetDeadline(deadline)
 	}
@@ -93,30 +95,27 @@ func (p *PostgreSQLProber) startTLS(ctx context.Context, raw net.Conn, target Ta
 	return conn, nil
 }
 
-// postgresTLSConfig returns the TLS configuration of cfg.SSLMode, nil for
-// disable.
-func postgresTLSConfig(cfg PostgreSQLConfig) (*tls.Config, error) {
-	switch cfg.SSLMode {
-	case "":
-		return nil, errors.New("probes: postgresql: SSLMode is required (disable, require, verify-ca or verify-full)")
-	case SSLDisable:
+// tlsConfig returns the TLS configuration of cfg.SSLMode, nil for
+// SSLDisable.
+func tlsConfig(cfg Config) (*tls.Config, error) {
+	if err := cfg.SSLMode.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.SSLMode == SSLDisable {
 		return nil, nil // like libpq, certificates are then ignored
-	case SSLRequire, SSLVerifyCA, SSLVerifyFull:
-	default:
-		return nil, fmt.Errorf("probes: postgresql: SSLMode %q is not disable, require, verify-ca or verify-full", cfg.SSLMode)
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	var roots *x509.CertPool
 	if len(cfg.CACert) > 0 {
 		roots = x509.NewCertPool()
 		if !roots.AppendCertsFromPEM(cfg.CACert) {
-			return nil, errors.New("probes: postgresql: CACert holds no PEM certificate")
+			return nil, errors.New("postgresql: CACert holds no PEM certificate")
 		}
 	}
 	if len(cfg.ClientCert) > 0 || len(cfg.ClientKey) > 0 {
 		cert, err := tls.X509KeyPair(cfg.ClientCert, cfg.ClientKey)
 		if err != nil {
-			return nil, fmt.Errorf("probes: postgresql: client certificate: %w", err)
+			return nil, fmt.Errorf("postgresql: client certificate: %w", err)
 		}
 		// Sent whatever CAs the server names as acceptable, as libpq
 		// does: Go's default would silently send nothing on a mismatch.
@@ -126,7 +125,7 @@ func postgresTLSConfig(cfg PostgreSQLConfig) (*tls.Config, error) {
 	case cfg.SSLMode == SSLVerifyFull:
 		tc.RootCAs = roots // nil: the system roots
 	case cfg.SSLMode == SSLVerifyCA && roots == nil:
-		return nil, errors.New("probes: postgresql: verify-ca needs CACert")
+		return nil, errors.New("postgresql: verify-ca needs CACert")
 	case roots != nil:
 		// verify-ca, or require with a CA (libpq's compatibility rule):
 		// check the chain, not the name.
@@ -149,3 +148,12 @@ func verifyChain(cs tls.ConnectionState, roots *x509.CertPool) error {
 	_, err := cs.PeerCertificates[0].Verify(opts)
 	return err
 }
+
+// tlsPhaseError marks an error raised while negotiating TLS, so that it is
+// classified as ReasonTLS even when its cause is a plain protocol error (a
+// server refusing TLS, or closing the connection on the TLS request).
+// Timeouts keep their reason: classify checks them first.
+type tlsPhaseError struct{ err error }
+
+func (e *tlsPhaseError) Error() string { return "tls: " + e.err.Error() }
+func (e *tlsPhaseError) Unwrap() error { return e.err }
