@@ -8,9 +8,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Equal reports whether existing, as read from the API server, already
+// UpToDate reports whether existing, as read from the API server, already
 // publishes what desired describes, so writing desired would change nothing
-// that matters.
+// that matters. desired is the reference: the comparison is not symmetric
+// (labels below), hence the name and the order of the arguments, existing
+// first, as in "existing is up to date with desired".
 //
 // It compares the name, namespace, labels, owner references, address type,
 // ports and endpoints, and ignores what the API server sets or defaults:
@@ -25,9 +27,9 @@ import (
 // (service.kubernetes.io/headless and service-proxy-name) must be absent
 // from existing when desired lacks them; other labels on existing are left
 // to whoever set them. Annotations are not compared (Plan compares
-// Options.OwnedAnnotations): the caller's
-// last-change-trigger-time must not cause a write by itself.
-func Equal(desired, existing *discoveryv1.EndpointSlice) bool {
+// Options.OwnedAnnotations): the caller's last-change-trigger-time must not
+// cause a write by itself. Two nil slices are up to date; one nil is not.
+func UpToDate(existing, desired *discoveryv1.EndpointSlice) bool {
 	if desired == nil || existing == nil {
 		return desired == existing
 	}

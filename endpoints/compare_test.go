@@ -60,23 +60,23 @@ func serverRoundTrip(t *testing.T, s discoveryv1.EndpointSlice) discoveryv1.Endp
 	return out
 }
 
-func TestEqualAfterServerRoundTrip(t *testing.T) {
+func TestUpToDateAfterServerRoundTrip(t *testing.T) {
 	desired := fullSlice(t)
 	existing := serverRoundTrip(t, desired)
-	if !Equal(&desired, &existing) {
+	if !UpToDate(&existing, &desired) {
 		t.Fatalf("a slice read back differs from the one that created it:\n%+v\n%+v", desired, existing)
 	}
 	// And when the desired slice leaves the defaulted fields unset.
 	sparse := desired.DeepCopy()
 	sparse.Ports[0].Name, sparse.Ports[0].Protocol = nil, nil
 	existing = serverRoundTrip(t, *sparse)
-	if !Equal(sparse, &existing) || !Equal(&desired, &existing) {
+	if !UpToDate(&existing, sparse) || !UpToDate(&existing, &desired) {
 		t.Error("port name nil vs \"\", protocol nil vs TCP")
 	}
 }
 
-// TestEqual lists what is and is not a difference.
-func TestEqual(t *testing.T) {
+// TestUpToDate lists what is and is not a difference.
+func TestUpToDate(t *testing.T) {
 	tests := []struct {
 		name  string
 		edit  func(*discoveryv1.EndpointSlice)
@@ -148,21 +148,32 @@ func TestEqual(t *testing.T) {
 			desired := fullSlice(t)
 			existing := serverRoundTrip(t, desired)
 			tt.edit(&existing)
-			if got := Equal(&desired, &existing); got != tt.equal {
-				t.Errorf("Equal = %v, want %v", got, tt.equal)
+			if got := UpToDate(&existing, &desired); got != tt.equal {
+				t.Errorf("UpToDate = %v, want %v", got, tt.equal)
 			}
 		})
 	}
 }
 
-func TestEqualOptionalLabelsOneWay(t *testing.T) {
+func TestUpToDateOptionalLabelsOneWay(t *testing.T) {
 	desired := fullSlice(t)
 	delete(desired.Labels, corev1.IsHeadlessService)
 	existing := serverRoundTrip(t, fullSlice(t))
-	if Equal(&desired, &existing) {
+	if UpToDate(&existing, &desired) {
 		t.Error("a headless label the Service lost must be removed")
 	}
-	if !Equal(nil, nil) || Equal(&desired, nil) {
+	if !UpToDate(nil, nil) || UpToDate(nil, &desired) || UpToDate(&existing, nil) {
 		t.Error("nil handling")
+	}
+	// Another writer's label on existing is left alone: existing is up to
+	// date. The other way round, desired lacks it: the order matters.
+	desired = fullSlice(t)
+	existing = serverRoundTrip(t, desired)
+	existing.Labels["team"] = "payments"
+	if !UpToDate(&existing, &desired) {
+		t.Error("a label desired does not set made existing stale")
+	}
+	if UpToDate(&desired, &existing) {
+		t.Error("the arguments compare symmetrically")
 	}
 }

@@ -21,7 +21,7 @@
 //     pods' verdicts: one slice per port and family, with the labels kube-proxy
 //     and the agent need, an owner reference to the Service, and per endpoint
 //     the address, nodeName, zone, targetRef and ready/serving/terminating.
-//   - Equal and Plan compare desired slices with those read from the API
+//   - UpToDate and Plan compare desired slices with those read from the API
 //     server, ignoring what the server defaults, and return the creates,
 //     updates and deletes, never touching a slice another Service, manager or
 //     node owns and moving aside from names such slices hold.

@@ -141,7 +141,7 @@ func Plan(scope Scope, existing, desired []discoveryv1.EndpointSlice, opts Optio
 		switch h := held[w.Name]; {
 		case h == nil:
 			ch.Create = append(ch.Create, *w)
-		case !Equal(w, h) || !ownedAnnotationsMatch(w, h, opts.OwnedAnnotations):
+		case !UpToDate(h, w) || !ownedAnnotationsMatch(w, h, opts.OwnedAnnotations):
 			ch.Update = append(ch.Update, merged(h, w, opts.OwnedAnnotations))
 		}
 	}

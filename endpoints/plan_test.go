@@ -198,7 +198,7 @@ func TestPlanUpdateKeepsMetadata(t *testing.T) {
 	if _, ok := u.Labels["service.kubernetes.io/headless"]; ok {
 		t.Error("the headless label the Service no longer has stays")
 	}
-	if !Equal(&desired[0], &u) {
+	if !UpToDate(&u, &desired[0]) {
 		t.Error("the update does not carry the desired content")
 	}
 	if existing.Labels["team"] != "a" || existing.Endpoints[0].Addresses[0] != "10.0.0.9" {
@@ -449,7 +449,7 @@ func FuzzPlan(f *testing.F) {
 			i := slices.IndexFunc(mine, func(s discoveryv1.EndpointSlice) bool {
 				c := d.DeepCopy()
 				c.Name = s.Name
-				return Equal(c, &s)
+				return UpToDate(&s, c)
 			})
 			if i < 0 {
 				t.Fatalf("desired %q is not published", d.Name)

@@ -23,6 +23,7 @@ import (
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/access"
 	"github.com/swh-dev/swh/controller/app"
+	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -203,7 +204,7 @@ func waitForbiddenOrConflict(t *testing.T, ctx context.Context, ns, name string)
 		if err != nil {
 			return err
 		}
-		if c.Reason != swhv1alpha1.ReasonServiceNotOwned {
+		if c.Reason != reconciler.ReasonServiceConflict {
 			return fmt.Errorf("condition %+v", c)
 		}
 		return nil

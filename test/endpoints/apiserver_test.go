@@ -135,7 +135,7 @@ func TestSlicesRoundTripThroughAPIServer(t *testing.T) {
 				for j := range got {
 					if got[j].Name == desired[i].Name {
 						found = true
-						if !endpoints.Equal(&desired[i], &got[j]) {
+						if !endpoints.UpToDate(&got[j], &desired[i]) {
 							t.Errorf("%s read back differs", desired[i].Name)
 						}
 					}
