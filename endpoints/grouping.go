@@ -128,7 +128,7 @@ func NewGrouping(ports []corev1.ServicePort, probes []intstr.IntOrString) (*Grou
 		}
 	}
 	if static {
-		g.static = g.AppendGates(nil, nil)
+		g.static = g.appendGates(nil, nil)
 	}
 	return g, nil
 }
@@ -162,25 +162,18 @@ func pairOf(port, probe intstr.IntOrString) pairKind {
 	}
 }
 
-// NumPorts returns the number of Service ports.
-func (g *Grouping) NumPorts() int { return len(g.ports) }
-
 // NumProbes returns the number of probes.
 func (g *Grouping) NumProbes() int { return g.numProbes }
-
-// PodIndependent reports whether every pod gets the same gates: no target
-// port on either side is a name.
-func (g *Grouping) PodIndependent() bool { return g.static != nil || len(g.ports) == 0 }
 
 // Gates returns one PortGate per Service port, in the order of the ports
 // given to NewGrouping, for pod.
 func (g *Grouping) Gates(pod *corev1.Pod) []PortGate {
-	return g.AppendGates(make([]PortGate, 0, len(g.ports)), pod)
+	return g.appendGates(make([]PortGate, 0, len(g.ports)), pod)
 }
 
-// AppendGates appends the gates of pod to dst and returns the extended
-// slice, so a caller walking thousands of pods can reuse one buffer.
-func (g *Grouping) AppendGates(dst []PortGate, pod *corev1.Pod) []PortGate {
+// appendGates appends the gates of pod to dst and returns the extended
+// slice; it allocates nothing when dst has room.
+func (g *Grouping) appendGates(dst []PortGate, pod *corev1.Pod) []PortGate {
 	if g.static != nil {
 		return append(dst, g.static...)
 	}
@@ -224,11 +217,11 @@ func (g *Grouping) AppendGates(dst []PortGate, pod *corev1.Pod) []PortGate {
 // Verdicts returns one PortVerdict per Service port for pod, given the
 // probes currently passing on it.
 func (g *Grouping) Verdicts(pod *corev1.Pod, passing ProbeSet) []PortVerdict {
-	return g.AppendVerdicts(make([]PortVerdict, 0, len(g.ports)), pod, passing)
+	return g.appendVerdicts(make([]PortVerdict, 0, len(g.ports)), pod, passing)
 }
 
-// AppendVerdicts appends the verdicts of pod to dst, like Verdicts.
-func (g *Grouping) AppendVerdicts(dst []PortVerdict, pod *corev1.Pod, passing ProbeSet) []PortVerdict {
+// appendVerdicts appends the verdicts of pod to dst, like Verdicts.
+func (g *Grouping) appendVerdicts(dst []PortVerdict, pod *corev1.Pod, passing ProbeSet) []PortVerdict {
 	ready := PodReady(pod)
 	if g.static != nil {
 		for _, gate := range g.static {
@@ -237,7 +230,7 @@ func (g *Grouping) AppendVerdicts(dst []PortVerdict, pod *corev1.Pod, passing Pr
 		return dst
 	}
 	var buf [8]PortGate // most Services have few ports: no allocation
-	for _, gate := range g.AppendGates(buf[:0], pod) {
+	for _, gate := range g.appendGates(buf[:0], pod) {
 		dst = append(dst, gate.Verdict(passing, ready))
 	}
 	return dst

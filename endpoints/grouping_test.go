@@ -224,8 +224,8 @@ func TestGroupingPerPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.PodIndependent() {
-		t.Error("PodIndependent with a named targetPort")
+	if g.static != nil {
+		t.Error("gates precomputed with a named targetPort")
 	}
 	a := testPod("a", nil, namedPorts("web", 8080))
 	b := testPod("b", nil, namedPorts("web", 8081))
@@ -256,13 +256,13 @@ func TestGroupingStatic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !g.PodIndependent() || g.NumPorts() != 2 || g.NumProbes() != 3 {
-		t.Fatalf("PodIndependent %v, %d ports, %d probes", g.PodIndependent(), g.NumPorts(), g.NumProbes())
+	if g.static == nil || g.NumProbes() != 3 {
+		t.Fatalf("gates precomputed: %v, %d probes", g.static != nil, g.NumProbes())
 	}
 	want := []PortGate{{10, ProbeSetOf(1)}, {20, ProbeSetOf(0, 1, 2)}}
 	buf := make([]PortGate, 0, 4)
 	for range 3 {
-		buf = g.AppendGates(buf[:0], nil)
+		buf = g.appendGates(buf[:0], nil)
 		if !slices.Equal(buf, want) {
 			t.Fatalf("gates = %v, want %v", buf, want)
 		}
@@ -273,8 +273,8 @@ func TestGroupingStatic(t *testing.T) {
 	if again := g.Gates(nil); !slices.Equal(again, want) {
 		t.Errorf("gates changed after a caller's write: %v", again)
 	}
-	if n := testing.AllocsPerRun(100, func() { buf = g.AppendGates(buf[:0], nil) }); n != 0 {
-		t.Errorf("AppendGates allocates %v times per call", n)
+	if n := testing.AllocsPerRun(100, func() { buf = g.appendGates(buf[:0], nil) }); n != 0 {
+		t.Errorf("appendGates allocates %v times per call", n)
 	}
 }
 
@@ -357,6 +357,6 @@ func BenchmarkGroupingNamed(b *testing.B) {
 	pod := testPod("p", nil, namedPorts("web", 8080, "mail", 2525))
 	buf := make([]PortVerdict, 0, 2)
 	for b.Loop() {
-		buf = g.AppendVerdicts(buf[:0], pod, ProbeSetOf(0, 1))
+		buf = g.appendVerdicts(buf[:0], pod, ProbeSetOf(0, 1))
 	}
 }
