@@ -26,7 +26,7 @@ const convergeTimeout = 2 * time.Minute
 // app=APP: port 80 to the pods' 8080, probed by GET /healthz every second
 // (two failures take a pod out, one success brings it back). It waits
 // until kube-proxy on every node has rules for its ClusterIP.
-func resource(ctx context.Context, t *testing.T, ns, name, app string) *corev1.Service {
+func resource(ctx context.Context, t testing.TB, ns, name, app string) *corev1.Service {
 	t.Helper()
 	r := &swhv1alpha1.ServiceWithHealthchecks{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -83,7 +83,7 @@ func readyEndpoints(ctx context.Context, ns, name string) (map[string]string, er
 }
 
 // waitReadyPods waits until exactly the pods want are published ready.
-func waitReadyPods(ctx context.Context, t *testing.T, ns, name string, want []corev1.Pod) {
+func waitReadyPods(ctx context.Context, t testing.TB, ns, name string, want []corev1.Pod) {
 	t.Helper()
 	harness.Eventually(t, convergeTimeout, fmt.Sprintf("%d ready endpoints of %s", len(want), name), func() error {
 		got, err := readyEndpoints(ctx, ns, name)
@@ -140,7 +140,7 @@ func podNames(pods []corev1.Pod) []string {
 }
 
 // report logs a scenario's figure in a form the note quotes.
-func report(t *testing.T, scenario string, tally e2e.Tally, extra ...string) {
+func report(t testing.TB, scenario string, tally e2e.Tally, extra ...string) {
 	t.Helper()
 	t.Logf("SCENARIO %s: %s%s", scenario, tally, strings.Join(append([]string{""}, extra...), "; "))
 }

@@ -73,7 +73,7 @@ func TestInstall(t *testing.T) {
 
 // tableRow returns the printer columns of one resource, as kubectl get
 // shows them (the server renders the Table).
-func tableRow(ctx context.Context, t *testing.T, ns, name string) map[string]string {
+func tableRow(ctx context.Context, t testing.TB, ns, name string) map[string]string {
 	t.Helper()
 	cfg := rest.CopyConfig(cluster.CP.Config)
 	cfg.GroupVersion = &swhv1alpha1.GroupVersion

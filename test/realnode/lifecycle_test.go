@@ -29,7 +29,7 @@ type served struct {
 	url      string
 }
 
-func serve(ctx context.Context, t *testing.T, d *appsv1.Deployment) *served {
+func serve(ctx context.Context, t testing.TB, d *appsv1.Deployment) *served {
 	t.Helper()
 	if err := cluster.CP.Client.Create(ctx, d); err != nil {
 		t.Fatal(err)
@@ -78,7 +78,7 @@ func TestAgentUpgradeUnderTraffic(t *testing.T) {
 }
 
 // agentPods maps each node to the name of its agent pod.
-func agentPods(ctx context.Context, t *testing.T) map[string]string {
+func agentPods(ctx context.Context, t testing.TB) map[string]string {
 	t.Helper()
 	var pods corev1.PodList
 	if err := cluster.CP.Client.List(ctx, &pods, client.InNamespace(realnode.ChartNamespace), client.MatchingLabels{"app.kubernetes.io/component": "agent"}); err != nil {
@@ -135,7 +135,7 @@ func TestControllerFailover(t *testing.T) {
 }
 
 // leaseHolder returns the controller's Lease holder (POD_UID).
-func leaseHolder(ctx context.Context, t *testing.T) string {
+func leaseHolder(ctx context.Context, t testing.TB) string {
 	t.Helper()
 	var lease coordinationv1.Lease
 	if err := cluster.CP.Client.Get(ctx, types.NamespacedName{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &lease); err != nil {

@@ -79,7 +79,7 @@ func imageRef(name string) string {
 }
 
 // waitAvailable waits until the Deployment has n ready pods and returns them.
-func waitAvailable(ctx context.Context, t *testing.T, ns, app string, n int) []corev1.Pod {
+func waitAvailable(ctx context.Context, t testing.TB, ns, app string, n int) []corev1.Pod {
 	t.Helper()
 	var ready []corev1.Pod
 	harness.Eventually(t, 2*time.Minute, fmt.Sprintf("%d ready pods of %s", n, app), func() error {
@@ -106,7 +106,7 @@ func waitAvailable(ctx context.Context, t *testing.T, ns, app string, n int) []c
 // testNamespace creates a namespace for the test and deletes it after: the
 // namespace controller removes what the test made, and kubelet stops its
 // pods.
-func testNamespace(t *testing.T) string {
+func testNamespace(t testing.TB) string {
 	t.Helper()
 	ns := cluster.CP.TestNamespace(t)
 	t.Cleanup(func() {

@@ -26,7 +26,7 @@ type withdrawals struct {
 	err    error
 }
 
-func watchWithdrawals(ctx context.Context, t *testing.T, ns, service string) *withdrawals {
+func watchWithdrawals(ctx context.Context, t testing.TB, ns, service string) *withdrawals {
 	t.Helper()
 	wc, err := client.NewWithWatch(cluster.CP.Config, client.Options{Scheme: cluster.CP.Scheme})
 	if err != nil {

@@ -1,7 +1,9 @@
 // Command swh-workload is the backend of the real-node scenarios, shipped as
 // the image ghcr.io/swh-dev/swh-workload (make images): HTTP servers that
 // answer with the pod's name, a TCP banner server, a switchable failing mode
-// and a graceful, delayed shutdown on SIGTERM. The image holds no shell, so
+// and a graceful, delayed shutdown on SIGTERM. GET /checks on an HTTP port
+// lists the health checks it answered (time, status, User-Agent), so that
+// a test can tell when each prober saw a failure. The image holds no shell, so
 // the commands a pod's exec hooks need (fail, recover, sleep) are
 // subcommands of the same binary.
 //

@@ -141,10 +141,43 @@ func acceptBanners(l net.Listener, pod string, conns *sync.WaitGroup) {
 
 // backend is one HTTP port: GET anything answers the pod's name, /healthz
 // answers ok; both 503 while the port is failing. POST /fail and
-// POST /recover switch this port's own failing mode.
+// POST /recover switch this port's own failing mode; GET /checks lists
+// the last health checks answered.
 type backend struct {
 	pod, failFile, port string
 	failing             atomic.Bool
+	checks              checkLog
+}
+
+// checkLog keeps the last health checks a port answered, so that a test
+// can tell when each prober (by User-Agent) saw a failure: GET /checks
+// lists them, one "UNIXNANO STATUS USER-AGENT" line each, oldest first.
+type checkLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const checkLogSize = 256
+
+func (c *checkLog) add(status int, userAgent string) {
+	if len(userAgent) > 64 {
+		userAgent = userAgent[:64]
+	}
+	line := fmt.Sprintf("%d %d %q", time.Now().UnixNano(), status, userAgent)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.lines) == checkLogSize {
+		c.lines = append(c.lines[:0], c.lines[1:]...)
+	}
+	c.lines = append(c.lines, line)
+}
+
+func (c *checkLog) write(w io.Writer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.lines {
+		fmt.Fprintln(w, l)
+	}
 }
 
 func (b *backend) isFailing() bool {
@@ -170,10 +203,18 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.failing.Store(false)
 		fmt.Fprintf(w, "%s recovered\n", b.pod)
 		return
+	case r.URL.Path == "/checks":
+		b.checks.write(w)
+		return
 	}
 	failing := b.isFailing()
+	status := http.StatusOK
 	if failing {
-		w.WriteHeader(http.StatusServiceUnavailable)
+		status = http.StatusServiceUnavailable
+		w.WriteHeader(status)
+	}
+	if r.URL.Path == "/healthz" {
+		b.checks.add(status, r.UserAgent())
 	}
 	switch {
 	case r.URL.Path == "/healthz" && failing:
