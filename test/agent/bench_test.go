@@ -80,7 +80,7 @@ func BenchmarkAgentReaction(b *testing.B) {
 		ns := controlPlane.TestNamespace(b)
 		backends := make([]*backend, pods)
 		for i := range pods {
-			backends[i] = startBackend(b, ns, "react", fmt.Sprintf("react-%02d", i), nodeA, fmt.Sprintf("10.244.40.%d", i+1))
+			backends[i] = startBackend(b, ns, "react", fmt.Sprintf("react-%02d", i), nodeA)
 		}
 		swh := resource(ns, "react", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 		if err := controlPlane.Client.Create(ctx, swh); err != nil {

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/harness"
 )
 
 // TestSliceNameHeldByAnotherServiceMovesAside: a slice of another owner
@@ -30,39 +32,34 @@ func TestSliceNameHeldByAnotherServiceMovesAside(t *testing.T) {
 			discoveryv1.LabelServiceName: "other", discoveryv1.LabelManagedBy: "someone-else",
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.244.41.9"}}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{harness.PodIP(t)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: &portName, Port: &portNumber}},
 	}
 	if err := controlPlane.Client.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	startBackend(t, ns, "taken", "taken-a", nodeA, "10.244.41.1")
+	startBackend(t, ns, "taken", "taken-a", nodeA)
 	swh := resource(ns, "taken", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(8080)))
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}
 
+	// One budget for both waits.
 	deadline := time.Now().Add(30 * time.Second)
-	var got map[string]string
-	for {
-		var err error
-		got, _, err = published(ctx, ns, "taken")
+	harness.Eventually(t, time.Until(deadline), "slices of taken", func() error {
+		got, _, err := published(ctx, ns, "taken")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(got) == 1 {
 			for name, eps := range got {
 				if strings.HasPrefix(name, "taken-web-node-a-") && eps == "taken-a:TTF" {
-					goto published
+					return nil
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("slices of taken: got %v, want one renamed taken-web-node-a-* with taken-a:TTF", got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-published:
+		return fmt.Errorf("got %v, want one renamed taken-web-node-a-* with taken-a:TTF", got)
+	})
 	after := &discoveryv1.EndpointSlice{}
 	if err := controlPlane.Client.Get(ctx, client.ObjectKeyFromObject(foreign), after); err != nil {
 		t.Fatal(err)
@@ -70,7 +67,7 @@ published:
 	if after.ResourceVersion != foreign.ResourceVersion {
 		t.Errorf("the foreign slice was written: resource version %s, was %s", after.ResourceVersion, foreign.ResourceVersion)
 	}
-	for {
+	harness.Eventually(t, time.Until(deadline), "a SliceNameTaken event on taken", func() error {
 		events := &eventsv1.EventList{}
 		if err := controlPlane.Client.List(ctx, events, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
@@ -80,12 +77,9 @@ published:
 				if !strings.Contains(e.Note, "taken-web-node-a") || !strings.Contains(e.Note, "other") {
 					t.Errorf("event %q names neither the slice nor its holder", e.Note)
 				}
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no SliceNameTaken event on taken")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("none yet")
+	})
 }

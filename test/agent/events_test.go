@@ -95,7 +95,7 @@ func TestEventsTellTheCurrentReason(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
 	ctx := context.Background()
-	b := startBackend(t, ns, "why", "why-a", nodeA, "10.244.55.1")
+	b := startBackend(t, ns, "why", "why-a", nodeA)
 	b.http.SetStatus(http.StatusServiceUnavailable)
 	swh := resource(ns, "why", []swhv1alpha1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
 		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
@@ -159,8 +159,8 @@ func TestProbeMisconfiguredPerPod(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
 	ctx := context.Background()
-	startBackend(t, ns, "nope", "nope-a", nodeA, "10.244.56.1")
-	startBackend(t, ns, "nope", "nope-b", nodeA, "10.244.56.2")
+	startBackend(t, ns, "nope", "nope-a", nodeA)
+	startBackend(t, ns, "nope", "nope-b", nodeA)
 	swh := resource(ns, "nope", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromString("nope")))
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)

@@ -98,9 +98,8 @@ func BenchmarkAgentFootprint(b *testing.B) {
 	for range b.N {
 		ns := controlPlane.TestNamespace(b)
 		for i := range pods {
-			ip := fmt.Sprintf("10.244.%d.%d", 60+i/200, i%200+1)
-			startBackend(b, ns, "foot", fmt.Sprintf("foot-%03d", i), nodeA, ip)
-			health, err := harness.StartTCPServer(ip + ":8081")
+			be := startBackend(b, ns, "foot", fmt.Sprintf("foot-%03d", i), nodeA)
+			health, err := harness.StartTCPServer(be.ip + ":8081")
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -17,14 +17,18 @@ import (
 // 2525 ("smtp") at its address.
 type backend struct {
 	pod  *corev1.Pod
+	ip   string
 	http *harness.HTTPServer
 	smtp *harness.TCPServer
 }
 
-func startBackend(t testing.TB, ns, app, name, node, ip string) *backend {
+// startBackend creates pod name of app on node, on a pod address of its
+// own, with an HTTP server on 8080 and a TCP server on 2525 (smtp).
+func startBackend(t testing.TB, ns, app, name, node string) *backend {
 	t.Helper()
 	ctx := context.Background()
-	b := &backend{}
+	ip := harness.PodIP(t)
+	b := &backend{ip: ip}
 	var err error
 	if b.http, err = harness.StartHTTPServer(harness.HTTPServerOptions{Addr: ip + ":8080"}); err != nil {
 		t.Fatal(err)
@@ -55,8 +59,8 @@ func TestPortSpecificProbeGatesItsPortOnly(t *testing.T) {
 	startAgent(t, nodeA)
 	startAgent(t, nodeB)
 	ns := namespace(t)
-	a := startBackend(t, ns, "mail", "mail-a", nodeA, "10.244.20.1")
-	startBackend(t, ns, "mail", "mail-b", nodeB, "10.244.20.2")
+	a := startBackend(t, ns, "mail", "mail-a", nodeA)
+	startBackend(t, ns, "mail", "mail-b", nodeB)
 	swh := resource(ns, "mail", webAndSMTP,
 		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)),
 		fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(2525)))
@@ -88,8 +92,8 @@ func TestPortSpecificProbeGatesItsPortOnly(t *testing.T) {
 func TestPodWideProbeGatesEveryPort(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	startBackend(t, ns, "app", "app-a", nodeA, "10.244.21.1")
-	health, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: "10.244.21.1:8081"})
+	b := startBackend(t, ns, "app", "app-a", nodeA)
+	health, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: b.ip + ":8081"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +114,7 @@ func TestPodWideProbeGatesEveryPort(t *testing.T) {
 func TestUnprobedPortFollowsReadiness(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	startBackend(t, ns, "half", "half-a", nodeA, "10.244.22.1")
+	startBackend(t, ns, "half", "half-a", nodeA)
 	swh := resource(ns, "half", webAndSMTP, fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
 		t.Fatal(err)
@@ -125,7 +129,7 @@ func TestUnprobedPortFollowsReadiness(t *testing.T) {
 func TestTwoProbesOnOnePortAreBothRequired(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	b := startBackend(t, ns, "both", "both-a", nodeA, "10.244.23.1")
+	b := startBackend(t, ns, "both", "both-a", nodeA)
 	swh := resource(ns, "both", webAndSMTP[:1],
 		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)),
 		fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromString("http")))
@@ -145,7 +149,7 @@ func TestTwoProbesOnOnePortAreBothRequired(t *testing.T) {
 func TestWebAndSMTPBalancersOnOnePod(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	vm := startBackend(t, ns, "vm", "vm-0", nodeA, "10.244.29.1")
+	vm := startBackend(t, ns, "vm", "vm-0", nodeA)
 	web := resource(ns, "web", []swhv1alpha1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
 		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	smtp := resource(ns, "smtp", []swhv1alpha1.ServicePort{{Port: 25, TargetPort: intstr.FromInt32(2525)}},

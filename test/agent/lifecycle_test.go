@@ -25,8 +25,8 @@ func TestEndpointsCarryNodeAndZone(t *testing.T) {
 	startAgent(t, nodeA)
 	startAgent(t, nodeB)
 	ns := namespace(t)
-	startBackend(t, ns, "loc", "loc-a", nodeA, "10.244.24.1")
-	startBackend(t, ns, "loc", "loc-b", nodeB, "10.244.24.2")
+	startBackend(t, ns, "loc", "loc-a", nodeA)
+	startBackend(t, ns, "loc", "loc-b", nodeB)
 	swh := resource(ns, "loc", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(8080)))
 	distribution := corev1.ServiceTrafficDistributionPreferSameNode
 	swh.Spec.TrafficDistribution = &distribution
@@ -65,7 +65,7 @@ func TestEndpointsCarryNodeAndZone(t *testing.T) {
 func TestTerminatingPodIsMarkedAtOnce(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	startBackend(t, ns, "term", "term-a", nodeA, "10.244.25.1")
+	startBackend(t, ns, "term", "term-a", nodeA)
 	swh := resource(ns, "term", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(8080)))
 	// The backend stays healthy: no probe result can explain the change.
 	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
@@ -97,8 +97,8 @@ func TestTerminatingPodIsMarkedAtOnce(t *testing.T) {
 // endpoint must never be published not ready.
 func TestAgentRestartsDoNotFlap(t *testing.T) {
 	ns := namespace(t)
-	startBackend(t, ns, "steady", "steady-a", nodeA, "10.244.26.1")
-	startBackend(t, ns, "steady", "steady-b", nodeA, "10.244.26.2")
+	startBackend(t, ns, "steady", "steady-a", nodeA)
+	startBackend(t, ns, "steady", "steady-b", nodeA)
 	swh := resource(ns, "steady", webAndSMTP,
 		fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)),
 		fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(2525)))
@@ -154,8 +154,8 @@ func TestAgentRestartsDoNotFlap(t *testing.T) {
 func TestConvergesAfterAPIServerOutage(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	b := startBackend(t, ns, "outage", "outage-a", nodeA, "10.244.30.1")
-	c := startBackend(t, ns, "outage", "outage-b", nodeA, "10.244.30.2")
+	b := startBackend(t, ns, "outage", "outage-a", nodeA)
+	c := startBackend(t, ns, "outage", "outage-b", nodeA)
 	swh := resource(ns, "outage", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
 		t.Fatal(err)
@@ -189,8 +189,8 @@ func TestConvergesAfterAPIServerOutage(t *testing.T) {
 func TestConvergesAfterAPIServerRestart(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	b := startBackend(t, ns, "restart", "restart-a", nodeA, "10.244.31.1")
-	startBackend(t, ns, "restart", "restart-b", nodeA, "10.244.31.2")
+	b := startBackend(t, ns, "restart", "restart-a", nodeA)
+	startBackend(t, ns, "restart", "restart-b", nodeA)
 	swh := resource(ns, "restart", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
 		t.Fatal(err)

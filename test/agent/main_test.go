@@ -50,24 +50,25 @@ func setup(ctx context.Context, cp *harness.ControlPlane) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	cctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(cctx) }()
-	return func() { stop(); <-done }, nil
+	stop := harness.RunManager(context.Background(), mgr)
+	return func() {
+		if err := stop(); err != nil {
+			fmt.Printf("the suite's controller returned: %v\n", err)
+		}
+	}, nil
 }
 
 // agent is one running swh-agent.
 type agent struct {
 	node     string
 	registry *prometheus.Registry
-	stop     context.CancelFunc
-	done     chan error
+	stop     func()
 }
 
 // startAgent runs an agent for node until it is stopped or the test ends.
 func startAgent(t testing.TB, node string) *agent {
 	t.Helper()
-	a := &agent{node: node, registry: prometheus.NewRegistry(), done: make(chan error, 1)}
+	a := &agent{node: node, registry: prometheus.NewRegistry()}
 	mgr, err := agentapp.NewManager(controlPlane.Config, agentapp.Options{
 		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry,
 		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: time.Second},
@@ -75,22 +76,12 @@ func startAgent(t testing.TB, node string) *agent {
 	if err != nil {
 		t.Fatalf("creating the agent of %s: %v", node, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a.stop = cancel
-	go func() { a.done <- mgr.Start(ctx) }()
-	t.Cleanup(a.Stop)
+	a.stop = harness.StartManager(context.Background(), t, "the agent of "+node, mgr)
 	return a
 }
 
-// Stop stops the agent and waits for it.
-func (a *agent) Stop() {
-	if a.stop == nil {
-		return
-	}
-	a.stop()
-	a.stop = nil
-	<-a.done
-}
+// Stop stops the agent and waits for it; the test's end does too.
+func (a *agent) Stop() { a.stop() }
 
 // namespace creates a namespace whose resources go when the test ends.
 func namespace(t testing.TB) string { return controlPlane.CleanNamespace(t) }
@@ -151,16 +142,14 @@ func conditions(c discoveryv1.EndpointConditions) string {
 // waitPublished waits until the resource's slices are exactly want.
 func waitPublished(t *testing.T, ns, name string, want map[string]string) {
 	t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(30 * time.Second)
-	var got map[string]string
-	var err error
-	for time.Now().Before(deadline) {
-		got, _, err = published(ctx, ns, name)
-		if err == nil && fmt.Sprint(got) == fmt.Sprint(want) {
-			return
+	harness.Eventually(t, 30*time.Second, "slices of "+name, func() error {
+		got, _, err := published(context.Background(), ns, name)
+		if err != nil {
+			return err
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("slices of %s:\n got %v (%v)\nwant %v", name, got, err, want)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("\n got %v\nwant %v", got, want)
+		}
+		return nil
+	})
 }

@@ -47,8 +47,8 @@ func TestNodeNotReadyWithdrawsEndpoints(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = controlPlane.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}) })
 	ns := namespace(t)
-	startBackend(t, ns, "dark", "dark-a", node, "10.244.42.1")
-	startBackend(t, ns, "dark", "dark-b", node, "10.244.42.2")
+	startBackend(t, ns, "dark", "dark-a", node)
+	startBackend(t, ns, "dark", "dark-b", node)
 	swh := resource(ns, "dark", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)

@@ -132,9 +132,9 @@ func TestKubectlSwh(t *testing.T) {
 	if _, err := harness.CreatePod(ctx, controlPlane.Client, harness.PodOptions{Namespace: agentNS, Name: "swh-agent-b", Node: nodeB, Labels: agentLabels, IPs: []string{"10.250.0.2"}, NotReady: true}); err != nil {
 		t.Fatal(err)
 	}
-	failing := startBackend(t, ns, "shop", "shop-a", nodeA, "10.244.73.1")
-	startBackend(t, ns, "shop", "shop-b", nodeA, "10.244.73.2")
-	startBackend(t, ns, "shop", "shop-c", nodeB, "10.244.73.3")
+	failing := startBackend(t, ns, "shop", "shop-a", nodeA)
+	startBackend(t, ns, "shop", "shop-b", nodeA)
+	startBackend(t, ns, "shop", "shop-c", nodeB)
 	failing.http.SetStatus(http.StatusServiceUnavailable)
 	swh := resource(ns, "shop", webAndSMTP, fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {

@@ -52,10 +52,11 @@ func TestDatabaseReadWrite(t *testing.T) {
 	startAgent(t, nodeA)
 	startAgent(t, nodeB)
 	ns := namespace(t)
-	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.27.1"})
-	replica := primary.StartTestReplica(t, "10.244.27.2", 5432)
-	dbPod(t, ns, "db-0", nodeA, "10.244.27.1")
-	dbPod(t, ns, "db-1", nodeB, "10.244.27.2")
+	ips := harness.PodIPs(t, 2)
+	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ips[0]})
+	replica := primary.StartTestReplica(t, ips[1], 5432)
+	dbPod(t, ns, "db-0", nodeA, ips[0])
+	dbPod(t, ns, "db-1", nodeB, ips[1])
 	credentials(t, ns, "db-credentials", primary)
 	port := []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}}
 	for name, query := range map[string]string{"db-read": "SELECT 1", "db-write": "SELECT NOT pg_is_in_recovery()"} {
@@ -86,39 +87,36 @@ func TestDatabaseReadWrite(t *testing.T) {
 func TestMissingSecretFailsTheProbeUntilCreated(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.28.1"})
-	dbPod(t, ns, "db-0", nodeA, "10.244.28.1")
+	ip := harness.PodIP(t)
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip})
+	dbPod(t, ns, "db-0", nodeA, ip)
 	swh := resource(ns, "late", []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromInt32(5432)}}, postgresProbe("SELECT 1", "late-credentials"))
 	swh.Spec.Selector = map[string]string{"app": "db"}
 	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
 		t.Fatal(err)
 	}
 	waitPublished(t, ns, "late", map[string]string{"late-node-a": "db-0:FFF"})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	found := ""
+	harness.Eventually(t, 30*time.Second, "a ProbeMisconfigured event naming the missing Secret", func() error {
 		events := &eventsv1.EventList{}
 		if err := controlPlane.Client.List(context.Background(), events, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
-		found := ""
 		for _, e := range events.Items {
 			if e.Regarding.Name == "late" && e.Reason == "ProbeMisconfigured" {
 				found = e.Note
 			}
 		}
-		if found != "" {
-			if want := "Secret " + ns + "/late-credentials not found"; !contains(found, want) {
-				t.Errorf("event %q does not say %q", found, want)
-			}
-			if contains(found, pg.Options().Password) {
-				t.Errorf("event leaks the password: %q", found)
-			}
-			break
+		if found == "" {
+			return fmt.Errorf("none yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no ProbeMisconfigured event naming the missing Secret")
-		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	})
+	if want := "Secret " + ns + "/late-credentials not found"; !contains(found, want) {
+		t.Errorf("event %q does not say %q", found, want)
+	}
+	if contains(found, pg.Options().Password) {
+		t.Errorf("event leaks the password: %q", found)
 	}
 	credentials(t, ns, "late-credentials", pg)
 	waitPublished(t, ns, "late", map[string]string{"late-node-a": "db-0:TTF"})
@@ -131,7 +129,7 @@ func TestMissingSecretFailsTheProbeUntilCreated(t *testing.T) {
 func TestOversizeSecretValueFailsTheProbe(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	const ip = "10.244.66.1"
+	ip := harness.PodIP(t)
 	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip})
 	dbPod(t, ns, "db-0", nodeA, ip)
 	o := pg.Options()
@@ -172,7 +170,7 @@ func TestSecretTLSModeIsHonoured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ip = "10.244.63.1"
+	ip := harness.PodIP(t)
 	cert, err := ca.Issue(ip)
 	if err != nil {
 		t.Fatal(err)

@@ -84,8 +84,8 @@ func TestSlicesSayWhy(t *testing.T) {
 	a := startAgent(t, nodeA)
 	ns := namespace(t)
 	ctx := context.Background()
-	b := startBackend(t, ns, "say", "say-a", nodeA, "10.244.72.1")
-	startBackend(t, ns, "say", "say-b", nodeA, "10.244.72.2")
+	b := startBackend(t, ns, "say", "say-a", nodeA)
+	startBackend(t, ns, "say", "say-b", nodeA)
 	b.http.SetStatus(http.StatusServiceUnavailable)
 	swh := resource(ns, "say", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
@@ -163,7 +163,7 @@ func TestSlicesSayWhyMassFailure(t *testing.T) {
 	ctx := context.Background()
 	backends := make([]*backend, pods)
 	for i := range pods {
-		backends[i] = startBackend(t, ns, "mass", fmt.Sprintf("mass-%03d", i), nodeA, fmt.Sprintf("10.244.%d.%d", 70+i/100, 1+i%100))
+		backends[i] = startBackend(t, ns, "mass", fmt.Sprintf("mass-%03d", i), nodeA)
 	}
 	swh := resource(ns, "mass", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {

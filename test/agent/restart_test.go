@@ -98,11 +98,11 @@ func patient(p swhv1alpha1.Probe) swhv1alpha1.Probe {
 // splitResource has port web gated by a failing HTTP probe on 8080 and
 // port smtp gated only by a passing pod-wide TCP probe on 8081 (a port the
 // resource does not expose, so it gates every port).
-func splitResource(t *testing.T, ns, name, pod, ip string) (*swhv1alpha1.ServiceWithHealthchecks, map[string]string) {
+func splitResource(t *testing.T, ns, name, pod string) (*swhv1alpha1.ServiceWithHealthchecks, map[string]string) {
 	t.Helper()
-	b := startBackend(t, ns, name, pod, nodeA, ip)
+	b := startBackend(t, ns, name, pod, nodeA)
 	b.http.SetStatus(http.StatusServiceUnavailable)
-	health, err := harness.StartTCPServer(ip + ":8081")
+	health, err := harness.StartTCPServer(b.ip + ":8081")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func splitResource(t *testing.T, ns, name, pod, ip string) (*swhv1alpha1.Service
 // the other port).
 func TestRestartKeepsAPortPassedByAPodWideProbe(t *testing.T) {
 	ns := namespace(t)
-	_, want := splitResource(t, ns, "split", "split-a", "10.244.50.1")
+	_, want := splitResource(t, ns, "split", "split-a")
 	a := startAgent(t, nodeA)
 	waitPublished(t, ns, "split", want)
 	w := watchSteady(ns, "split", want)
@@ -137,7 +137,7 @@ func TestRestartKeepsAPortPassedByAPodWideProbe(t *testing.T) {
 func TestEditingAPodWideProbeKeepsItsPorts(t *testing.T) {
 	startAgent(t, nodeA)
 	ns := namespace(t)
-	swh, want := splitResource(t, ns, "edit", "edit-a", "10.244.51.1")
+	swh, want := splitResource(t, ns, "edit", "edit-a")
 	waitPublished(t, ns, "edit", want)
 	w := watchSteady(ns, "edit", want)
 	for _, threshold := range []int32{4, 3} {
@@ -163,7 +163,7 @@ func TestEditingAPodWideProbeKeepsItsPorts(t *testing.T) {
 // endpoint is ready); a restart must not take serving away.
 func TestRestartKeepsATerminatingPodServing(t *testing.T) {
 	ns := namespace(t)
-	startBackend(t, ns, "dying", "dying-a", nodeA, "10.244.52.1")
+	startBackend(t, ns, "dying", "dying-a", nodeA)
 	swh := resource(ns, "dying", webAndSMTP[:1], patient(fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(8080))))
 	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestRestartKeepsATerminatingPodServing(t *testing.T) {
 // must not make it serving until failureThreshold failures.
 func TestRestartKeepsAFailingPodNotServing(t *testing.T) {
 	ns := namespace(t)
-	b := startBackend(t, ns, "pnra", "pnra-a", nodeA, "10.244.53.1")
+	b := startBackend(t, ns, "pnra", "pnra-a", nodeA)
 	b.http.SetStatus(http.StatusServiceUnavailable)
 	swh := resource(ns, "pnra", webAndSMTP[:1], patient(fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080))))
 	swh.Spec.PublishNotReadyAddresses = true
@@ -213,7 +213,7 @@ func TestRestartKeepsAFailingPodNotServing(t *testing.T) {
 func TestAdoptionStartsFromTheBuiltInSlices(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t)
-	b := startBackend(t, ns, "adopt", "adopt-a", nodeA, "10.244.54.1")
+	b := startBackend(t, ns, "adopt", "adopt-a", nodeA)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "adopt"},
 		Spec: corev1.ServiceSpec{
@@ -232,7 +232,7 @@ func TestAdoptionStartsFromTheBuiltInSlices(t *testing.T) {
 		}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints: []discoveryv1.Endpoint{{
-			Addresses:  []string{"10.244.54.1"},
+			Addresses:  []string{b.ip},
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "adopt-a", UID: b.pod.UID},
 			NodeName:   new(nodeA),

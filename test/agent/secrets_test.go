@@ -63,7 +63,7 @@ func startAgentThrough(t *testing.T, node string, secretTTL time.Duration, wrap 
 	t.Helper()
 	cfg := rest.CopyConfig(controlPlane.Config)
 	cfg.Wrap(wrap)
-	a := &agent{node: node, registry: prometheus.NewRegistry(), done: make(chan error, 1)}
+	a := &agent{node: node, registry: prometheus.NewRegistry()}
 	mgr, err := agentapp.NewManager(cfg, agentapp.Options{
 		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry,
 		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: secretTTL},
@@ -71,10 +71,7 @@ func startAgentThrough(t *testing.T, node string, secretTTL time.Duration, wrap 
 	if err != nil {
 		t.Fatalf("creating the agent of %s: %v", node, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	a.stop = cancel
-	go func() { a.done <- mgr.Start(ctx) }()
-	t.Cleanup(a.Stop)
+	a.stop = harness.StartManager(context.Background(), t, "the agent of "+node, mgr)
 	return a
 }
 
@@ -154,23 +151,24 @@ func (w *steadySlices) verify(t *testing.T, during string) {
 	}
 }
 
-// gatedDatabase starts PostgreSQL on ip, a pod db-0 of node A for it, its
+// gatedDatabase starts PostgreSQL on a pod address, a pod db-0 of node A for it, its
 // credentials Secret and a resource name gated by a PostgreSQL probe, and
 // waits until the pod is published ready. The probe runs every 2 s and
 // allows 2 s (the API caps timeoutSeconds at periodSeconds) and three
 // failures: these tests are about the Secret path, and a slow backend fork
 // of a loaded machine must not fail them.
-func gatedDatabase(t *testing.T, ns, name, ip string) map[string]string {
+func gatedDatabase(t *testing.T, ns, name string) map[string]string {
 	t.Helper()
-	want := newGatedDatabase(t, ns, name, ip)
+	want := newGatedDatabase(t, ns, name)
 	waitPublished(t, ns, name, want)
 	return want
 }
 
 // newGatedDatabase is gatedDatabase without the wait; it returns the
 // slices of the pod published ready.
-func newGatedDatabase(t *testing.T, ns, name, ip string) map[string]string {
+func newGatedDatabase(t *testing.T, ns, name string) map[string]string {
 	t.Helper()
+	ip := harness.PodIP(t)
 	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip})
 	dbPod(t, ns, "db-0", nodeA, ip)
 	credentials(t, ns, name+"-credentials", pg)
@@ -194,7 +192,7 @@ func TestSecretReadErrorsKeepPostgreSQLEndpoints(t *testing.T) {
 	gets := &secretGets{}
 	a := startAgentThrough(t, nodeA, time.Second, gets.wrap)
 	ns := namespace(t)
-	want := gatedDatabase(t, ns, "blip", "10.244.60.1")
+	want := gatedDatabase(t, ns, "blip")
 
 	w := watchUnchanged(ns, "blip", want)
 	before := gets.count.Load()
@@ -227,7 +225,7 @@ func TestFirstSecretReadRetriedSoon(t *testing.T) {
 	gets.failing.Store(true)
 	startAgentThrough(t, nodeA, 0, gets.wrap)
 	ns := namespace(t)
-	want := newGatedDatabase(t, ns, "blip-start", "10.244.65.1")
+	want := newGatedDatabase(t, ns, "blip-start")
 	harness.Eventually(t, 20*time.Second, "a Secret read answered 500", func() error {
 		if gets.count.Load() == 0 {
 			return fmt.Errorf("no Secret read yet")
@@ -240,17 +238,14 @@ func TestFirstSecretReadRetriedSoon(t *testing.T) {
 	// The backoff is at most 2 s by now (1 s, then 2 s): with probes every
 	// 2 s, the pod is ready 2 to 4 s after the blip; 10 s tells that from
 	// the 30 s reuse period.
-	for {
+	harness.Eventually(t, 10*time.Second, "ready after Secret reads stopped failing", func() error {
 		got, _, err := published(context.Background(), ns, "blip-start")
 		if err == nil && fmt.Sprint(got) == fmt.Sprint(want) {
-			t.Logf("ready %v after Secret reads stopped failing (%d reads)", time.Since(healed).Round(10*time.Millisecond), gets.count.Load())
-			return
+			return nil
 		}
-		if time.Since(healed) > 10*time.Second {
-			t.Fatalf("10 s after Secret reads stopped failing, the slices are %v, want %v (%d Secret reads)", got, want, gets.count.Load())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("the slices are %v (%v), want %v (%d Secret reads)", got, err, want, gets.count.Load())
+	})
+	t.Logf("ready %v after Secret reads stopped failing (%d reads)", time.Since(healed).Round(10*time.Millisecond), gets.count.Load())
 }
 
 // TestAPIServerPauseKeepsPostgreSQLEndpoints freezes the API server for
@@ -260,7 +255,7 @@ func TestFirstSecretReadRetriedSoon(t *testing.T) {
 func TestAPIServerPauseKeepsPostgreSQLEndpoints(t *testing.T) {
 	a := startAgent(t, nodeA)
 	ns := namespace(t)
-	want := gatedDatabase(t, ns, "frozen", "10.244.61.1")
+	want := gatedDatabase(t, ns, "frozen")
 
 	w := watchUnchanged(ns, "frozen", want)
 	resume, err := controlPlane.PauseAPIServer()
@@ -292,7 +287,8 @@ func TestAPIServerPauseKeepsPostgreSQLEndpoints(t *testing.T) {
 func TestProbesOfOneSecretCostOneRead(t *testing.T) {
 	const targets = 200
 	ns := namespace(t)
-	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.62.1", MaxConnections: targets + 20})
+	ip := harness.PodIP(t)
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip, MaxConnections: targets + 20})
 	credentials(t, ns, "shared", pg)
 	gets := &secretGets{}
 	cfg := rest.CopyConfig(controlPlane.Config)
@@ -319,7 +315,7 @@ func TestProbesOfOneSecretCostOneRead(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
 				<-start
-				results <- pr.Probe(ctx, probes.Target{Host: "10.244.62.1", Port: 5432})
+				results <- pr.Probe(ctx, probes.Target{Host: ip, Port: 5432})
 			})
 		}
 		close(start)

@@ -58,8 +58,7 @@ type controller struct {
 	registry *prometheus.Registry
 	// cache is the manager's cache: what the controller holds in memory.
 	cache client.Reader
-	stop  context.CancelFunc
-	done  chan error
+	stop  func()
 }
 
 // startController runs a controller as the cluster administrator until the
@@ -72,7 +71,7 @@ func startController(t *testing.T, opts app.Options) *controller {
 // startControllerAs runs a controller with cfg's credentials until the test ends.
 func startControllerAs(t *testing.T, cfg *rest.Config, opts app.Options) *controller {
 	t.Helper()
-	c := &controller{registry: prometheus.NewRegistry(), done: make(chan error, 1)}
+	c := &controller{registry: prometheus.NewRegistry()}
 	opts.Registry = c.registry
 	opts.SkipNameValidation = true
 	if opts.MetricsAddr == "" {
@@ -86,22 +85,12 @@ func startControllerAs(t *testing.T, cfg *rest.Config, opts app.Options) *contro
 		t.Fatalf("creating the controller: %v", err)
 	}
 	c.cache = mgr.GetCache()
-	ctx, cancel := context.WithCancel(context.Background())
-	c.stop = cancel
-	go func() { c.done <- mgr.Start(ctx) }()
-	t.Cleanup(c.Stop)
+	c.stop = harness.StartManager(context.Background(), t, "the controller", mgr)
 	return c
 }
 
-// Stop stops the controller and waits for it.
-func (c *controller) Stop() {
-	if c.stop == nil {
-		return
-	}
-	c.stop()
-	c.stop = nil
-	<-c.done
-}
+// Stop stops the controller and waits for it; the test's end does too.
+func (c *controller) Stop() { c.stop() }
 
 // counter returns the value of a counter, summed over its labels matching want.
 func (c *controller) counter(t *testing.T, name string, want map[string]string) float64 {

@@ -103,20 +103,19 @@ func TestMutatingAdmissionIsNotFought(t *testing.T) {
 	t.Cleanup(removePolicy)
 	// The policy takes effect once the API server's informers have it: a
 	// harmless edit of the Service shows when.
-	for i := 0; ; i++ {
+	tries := 0
+	harness.Eventually(t, 10*time.Second, "the mutating admission policy takes effect", func() error {
 		var svc *corev1.Service
+		tries++
 		editService(t, ctx, ns, "mutated", func(s *corev1.Service) {
-			s.Labels["edit"] = fmt.Sprint(i)
+			s.Labels["edit"] = fmt.Sprint(tries)
 			svc = s
 		})
-		if svc.Spec.PublishNotReadyAddresses {
-			break
+		if !svc.Spec.PublishNotReadyAddresses {
+			return fmt.Errorf("not yet, after %d edits", tries)
 		}
-		if i > 100 {
-			t.Fatal("the mutating admission policy never took effect")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 
 	time.Sleep(time.Second)
 	if n := writesOver(t, c, 5*time.Second); n > 1 {

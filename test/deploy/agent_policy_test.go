@@ -165,7 +165,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 
 	for _, tc := range []struct {
 		name  string
-		write func() error
+		write func(t *testing.T) error
 		want  string // in the refusal's message
 		// or is what the other policy says when both refuse: the API
 		// server stops at the first refusal, in no fixed order.
@@ -173,45 +173,46 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		code int32 // the refusal's HTTP status; 403 when 0
 	}{{
 		name:  "create a slice labelled for node-2",
-		write: func() error { return agent.Create(ctx, agentSlice(web, "web-http-x", "node-2", "node-1")) },
+		write: func(*testing.T) error { return agent.Create(ctx, agentSlice(web, "web-http-x", "node-2", "node-1")) },
 		want:  "label network.swh.dev/node is 'node-2', not 'node-1': the agent of node node-1 writes only its own node's slices",
 	}, {
 		name: "create a slice of node-1 with an endpoint on node-2",
-		write: func() error {
+		write: func(*testing.T) error {
 			return agent.Create(ctx, agentSlice(web, "web-http-x", "node-1", "node-2", "10.244.2.9"))
 		},
 		want: "endpoint 10.244.2.9 has nodeName 'node-2': the agent of node node-1 publishes only endpoints on node node-1",
 	}, {
 		name: "create a slice of a plain Service",
-		write: func() error {
+		write: func(*testing.T) error {
 			return agent.Create(ctx, agentSlice(svcs["plain"], "plain-x", "node-1", "node-1", "10.244.1.9"))
 		},
 		want: "Service 'plain' (label kubernetes.io/service-name) is not a ServiceWithHealthchecks child registered in ConfigMap " + ns + "/swh-services",
 	}, {
 		name: "create a slice of a Service listed in a tenant's unlabelled swh-services",
-		write: func() error {
+		write: func(t *testing.T) error {
 			// Wait until the policy sees the ConfigMap (before, the
 			// answer is the 422 of a missing param).
 			var err error
-			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			harness.Eventually(t, 30*time.Second, "the policy sees the ConfigMap", func() error {
 				err = agent.Create(ctx, agentSlice(service(tenantNS, "plain"), "plain-x", "node-1", "node-1", "10.244.1.9"))
-				if statusCode(err) != http.StatusUnprocessableEntity {
-					break
+				if statusCode(err) == http.StatusUnprocessableEntity {
+					return err
 				}
-			}
+				return nil
+			})
 			return err
 		},
 		want: "ConfigMap " + tenantNS + "/swh-services is not labelled app.kubernetes.io/managed-by=swh-controller",
 	}, {
 		name: "create a slice of kube-dns in kube-system",
-		write: func() error {
+		write: func(*testing.T) error {
 			return agent.Create(ctx, agentSlice(service(metav1.NamespaceSystem, "kube-dns"), "kube-dns-x", "node-1", "node-1", "10.244.1.9"))
 		},
 		want: "no params found for policy binding with `Deny` parameterNotFoundAction",
 		code: http.StatusUnprocessableEntity, // the API server's answer for a missing param
 	}, {
 		name: "create a slice without the managed-by label",
-		write: func() error {
+		write: func(*testing.T) error {
 			s := agentSlice(web, "web-http-x", "node-1", "node-1", "10.244.1.9")
 			delete(s.Labels, discoveryv1.LabelManagedBy)
 			return agent.Create(ctx, s)
@@ -219,7 +220,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		want: "label endpointslice.kubernetes.io/managed-by is '', not agent.network.swh.dev",
 	}, {
 		name: "create a slice posing as the built-in controller's",
-		write: func() error {
+		write: func(*testing.T) error {
 			s := agentSlice(web, "web-x", "node-1", "node-1", "10.244.1.9")
 			s.Labels[discoveryv1.LabelManagedBy] = "endpointslice-controller.k8s.io"
 			return agent.Create(ctx, s)
@@ -227,7 +228,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		want: "label endpointslice.kubernetes.io/managed-by is 'endpointslice-controller.k8s.io', not agent.network.swh.dev",
 	}, {
 		name: "create a slice of web that web does not own",
-		write: func() error {
+		write: func(*testing.T) error {
 			s := agentSlice(web, "web-http-x", "node-1", "node-1", "10.244.1.9")
 			s.OwnerReferences = nil // it would outlive web, and join a later Service named web
 			return agent.Create(ctx, s)
@@ -235,7 +236,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		want: "no owner reference to Service " + ns + "/web with uid " + string(web.UID),
 	}, {
 		name: "create a slice of web owned by another Service",
-		write: func() error {
+		write: func(*testing.T) error {
 			s := agentSlice(web, "web-http-x", "node-1", "node-1", "10.244.1.9")
 			s.OwnerReferences[0].Name, s.OwnerReferences[0].UID = "api", svcs["api"].UID
 			return agent.Create(ctx, s)
@@ -243,7 +244,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		want: "no owner reference to Service " + ns + "/web with uid " + string(web.UID),
 	}, {
 		name: "add an endpoint on node-2 to its slice",
-		write: func() error {
+		write: func(*testing.T) error {
 			s := mine.DeepCopy()
 			if err := agent.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
 				return err
@@ -254,7 +255,7 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		want: "endpoint 10.244.2.9 has nodeName 'node-2': the agent of node node-1 publishes only endpoints on node node-1",
 	}, {
 		name: "take over the built-in controller's slice of a plain Service",
-		write: func() error {
+		write: func(*testing.T) error {
 			s := builtin.DeepCopy()
 			if err := agent.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
 				return err
@@ -268,20 +269,20 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		or:   "Service 'plain' (label kubernetes.io/service-name) is not a ServiceWithHealthchecks child registered in ConfigMap " + ns + "/swh-services",
 	}, {
 		name:  "delete the built-in controller's slice of a plain Service",
-		write: func() error { return agent.Delete(ctx, builtin.DeepCopy()) },
+		write: func(*testing.T) error { return agent.Delete(ctx, builtin.DeepCopy()) },
 		want:  "the agent of node node-1 may not delete EndpointSlice " + ns + "/plain-abcde",
 	}, {
 		name:  "relabel its slice to another Service",
-		write: func() error { return relabel(ctx, agent, mine, discoveryv1.LabelServiceName, "api") },
+		write: func(*testing.T) error { return relabel(ctx, agent, mine, discoveryv1.LabelServiceName, "api") },
 		want:  "may not change label kubernetes.io/service-name from 'web' to 'api'",
 		or:    "no owner reference to Service " + ns + "/api with uid " + string(svcs["api"].UID),
 	}, {
 		name:  "relabel its slice to node-2",
-		write: func() error { return relabel(ctx, agent, mine, endpoints.DefaultNodeLabel, "node-2") },
+		write: func(*testing.T) error { return relabel(ctx, agent, mine, endpoints.DefaultNodeLabel, "node-2") },
 		want:  "may not change label network.swh.dev/node from 'node-1' to 'node-2'",
 	}, {
 		name: "update node-2's slice",
-		write: func() error {
+		write: func(*testing.T) error {
 			s := theirs.DeepCopy()
 			s.Endpoints[0].Conditions.Ready = new(false)
 			return agent.Update(ctx, s)
@@ -289,21 +290,21 @@ func TestAgentPolicyConfinesToItsNode(t *testing.T) {
 		want: "the agent of node node-1 may not update EndpointSlice " + ns + "/web-http-node-2: it is labelled network.swh.dev/node='node-2'",
 	}, {
 		name:  "delete node-2's slice",
-		write: func() error { return agent.Delete(ctx, theirs.DeepCopy()) },
+		write: func(*testing.T) error { return agent.Delete(ctx, theirs.DeepCopy()) },
 		want:  "the agent of node node-1 may not delete EndpointSlice " + ns + "/web-http-node-2: it is labelled network.swh.dev/node='node-2'",
 	}, {
 		name: "write with a token not bound to a pod",
-		write: func() error {
+		write: func(*testing.T) error {
 			return unbound.Create(ctx, agentSlice(web, "web-http-x", "node-1", "node-1", "10.244.1.9"))
 		},
 		want: "the agent's credentials name no node (no authentication.kubernetes.io/node-name in its user info)",
 	}, {
 		name:  "read a Secret no probe of its node references",
-		write: func() error { return agent.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}) },
+		write: func(*testing.T) error { return agent.Get(ctx, client.ObjectKeyFromObject(secret), &corev1.Secret{}) },
 		want:  `cannot get resource "secrets" in API group "" in the namespace "` + ns + `"`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.write()
+			err := tc.write(t)
 			if want := cmp.Or(tc.code, http.StatusForbidden); statusCode(err) != want {
 				t.Fatalf("not refused with %d (%d %s): %v", want, statusCode(err), apierrors.ReasonForError(err), err)
 			}

@@ -42,22 +42,7 @@ func startController(t *testing.T, cfg *rest.Config) {
 	if err != nil {
 		t.Fatalf("creating the controller: %v", err)
 	}
-	run(t, "controller", mgr.Start)
-}
-
-// run runs start until the test ends, and fails the test if it ends early
-// with an error.
-func run(t *testing.T, what string, start func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("the %s stopped: %v", what, err)
-		}
-	})
+	harness.StartManager(context.Background(), t, "the controller", mgr)
 }
 
 // noForbidden fails the test if the API server refused any request.
@@ -189,7 +174,10 @@ func TestAgentAsServiceAccount(t *testing.T) {
 	defer cancel()
 	c := controlPlane.Client
 	ns := controlPlane.CleanNamespace(t)
-	const node, ip = "deploy-node", "10.244.201.1"
+	const node = "deploy-node"
+	// web-0 answers on ips[0]; nothing listens on db-0's ips[1].
+	ips := harness.PodIPs(t, 2)
+	ip := ips[0]
 
 	agentCfg := bearer(agentToken(ctx, t, node, "swh-agent-"))
 	agentUser, agentGroups := serviceAccountUser(agentSA)
@@ -211,7 +199,7 @@ func TestAgentAsServiceAccount(t *testing.T) {
 	// A PostgreSQL probe reads its credentials Secret by name before it
 	// connects (nothing listens on db-0: the pod is published not ready).
 	if _, err := harness.CreatePod(ctx, c, harness.PodOptions{Namespace: ns, Name: "db-0", Node: node,
-		Labels: map[string]string{"app": "db"}, IPs: []string{"10.244.201.2"},
+		Labels: map[string]string{"app": "db"}, IPs: []string{ips[1]},
 		Ports: []corev1.ContainerPort{{Name: "pg", ContainerPort: 8080}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +250,7 @@ func TestAgentAsServiceAccount(t *testing.T) {
 	if err != nil {
 		t.Fatalf("creating the agent: %v", err)
 	}
-	run(t, "agent", mgr.Start)
+	harness.StartManager(context.Background(), t, "the agent", mgr)
 
 	for _, want := range []struct {
 		service, pod string

@@ -149,18 +149,16 @@ func (f *fixture) programmed(svc *corev1.Service) {
 // service waits until the Service exists and ok holds for it.
 func (f *fixture) service(name string, ok func(*corev1.Service) bool) *corev1.Service {
 	f.t.Helper()
-	deadline := time.Now().Add(convergeTimeout)
-	for {
-		svc := &corev1.Service{}
+	svc := &corev1.Service{}
+	harness.Eventually(f.t, convergeTimeout, "Service "+name+" as expected", func() error {
+		svc = &corev1.Service{}
 		err := f.c().Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, svc)
 		if err == nil && ok(svc) {
-			return svc
+			return nil
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("Service %s not as expected: %v %+v", name, err, svc.Spec)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("%v %+v", err, svc.Spec)
+	})
+	return svc
 }
 
 func hostPort(ip string, port int32) string { return net.JoinHostPort(ip, strconv.Itoa(int(port))) }
@@ -303,10 +301,9 @@ func (f *fixture) healthCheck(node *Node, port int32) (proxyHealth, error) {
 // 0 for a count of 0. Each node is timed on its own from since.
 func (f *fixture) waitHealthChecks(step string, since time.Time, port int32, want map[*Node]int) {
 	f.t.Helper()
-	deadline := time.Now().Add(convergeTimeout)
 	done := map[*Node]bool{}
 	last := map[string]string{}
-	for len(done) < len(want) {
+	harness.Eventually(f.t, convergeTimeout, step+": healthCheckNodePort", func() error {
 		for node, count := range want {
 			if done[node] {
 				continue
@@ -323,14 +320,11 @@ func (f *fixture) waitHealthChecks(step string, since time.Time, port int32, wan
 			}
 			last[node.Name] = fmt.Sprintf("want %d with localEndpoints %d, got %+v (%v)", code, count, h, err)
 		}
-		if len(done) == len(want) {
-			break
+		if len(done) < len(want) {
+			return fmt.Errorf("%v", last)
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: healthCheckNodePort: %v", step, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // slices lists the EndpointSlices of a Service.
@@ -347,21 +341,20 @@ func (f *fixture) slices(service string) []discoveryv1.EndpointSlice {
 // long it took since since.
 func (f *fixture) waitSlices(what, service string, since time.Time, ok func([]discoveryv1.EndpointSlice) bool) time.Duration {
 	f.t.Helper()
-	deadline := time.Now().Add(convergeTimeout)
-	for {
+	var took time.Duration
+	harness.Eventually(f.t, convergeTimeout, what+": slices of "+service+" as expected", func() error {
 		s := f.slices(service)
 		if ok(s) {
-			return time.Since(since)
+			took = time.Since(since)
+			return nil
 		}
-		if time.Now().After(deadline) {
-			var names []string
-			for _, sl := range s {
-				names = append(names, sl.Name+"("+sl.Labels[discoveryv1.LabelManagedBy]+")")
-			}
-			f.t.Fatalf("%s: slices of %s never as expected; now %v", what, service, names)
+		var names []string
+		for _, sl := range s {
+			names = append(names, sl.Name+"("+sl.Labels[discoveryv1.LabelManagedBy]+")")
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("now %v", names)
+	})
+	return took
 }
 
 // ex builds an Expect.

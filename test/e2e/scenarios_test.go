@@ -497,15 +497,10 @@ func TestNodeLost(t *testing.T) {
 // (its context ended) fails the test with its tally instead of hanging.
 func awaitRequests(t *testing.T, loop *Loop, n int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		tally := loop.Snapshot()
-		if tally.Total >= n {
-			return
+	harness.Eventually(t, 2*time.Minute, fmt.Sprintf("the client loop sends %d requests", n), func() error {
+		if tally := loop.Snapshot(); tally.Total < n {
+			return fmt.Errorf("sent %d (%d failed)", tally.Total, tally.Failed)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the client loop sent %d of %d requests in 2 minutes (%d failed)", tally.Total, n, tally.Failed)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

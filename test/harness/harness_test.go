@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"database/sql"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -29,35 +30,36 @@ func TestServerOnPodAddressAnswers(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
 	tests := []struct {
 		name string
-		addr string
+		ip   func(testing.TB) string
 	}{
-		{"IPv4 pod address", "10.244.1.10:8080"},
-		{"IPv6 pod address", "[fd00:10:244::2]:8080"},
+		{"IPv4 pod address", harness.PodIP},
+		{"IPv6 pod address", harness.PodIPv6},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: tt.addr})
+			addr := net.JoinHostPort(tt.ip(t), "8080")
+			srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: addr})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = srv.Stop() })
-			if code := get(t, "http://"+tt.addr+"/"); code != http.StatusOK {
+			if code := get(t, "http://"+addr+"/"); code != http.StatusOK {
 				t.Fatalf("GET = %d, want 200", code)
 			}
 			srv.SetStatus(http.StatusServiceUnavailable)
-			if code := get(t, "http://"+tt.addr+"/"); code != http.StatusServiceUnavailable {
+			if code := get(t, "http://"+addr+"/"); code != http.StatusServiceUnavailable {
 				t.Fatalf("GET after SetStatus(503) = %d", code)
 			}
 			if err := srv.Stop(); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := net.DialTimeout("tcp", tt.addr, time.Second); err == nil {
+			if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 				t.Fatal("a stopped server still accepts connections")
 			}
 			if err := srv.Start(); err != nil {
 				t.Fatal(err)
 			}
-			if code := get(t, "http://"+tt.addr+"/"); code != http.StatusServiceUnavailable {
+			if code := get(t, "http://"+addr+"/"); code != http.StatusServiceUnavailable {
 				t.Fatalf("GET after restart = %d", code)
 			}
 		})
@@ -66,7 +68,7 @@ func TestServerOnPodAddressAnswers(t *testing.T) {
 
 func TestTCPServerCountsWithoutWriting(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
-	srv, err := harness.StartTCPServer("10.244.1.11:2525")
+	srv, err := harness.StartTCPServer(harness.PodIP(t) + ":2525")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +81,12 @@ func TestTCPServerCountsWithoutWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = conn.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.BytesReceived() != 8 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	harness.Eventually(t, 5*time.Second, "the server counts the 8 bytes sent", func() error {
+		if got := srv.BytesReceived(); got != 8 {
+			return fmt.Errorf("%d bytes", got)
+		}
+		return nil
+	})
 	if srv.Accepted() != 1 || srv.BytesReceived() != 8 {
 		t.Fatalf("accepted %d connections and %d bytes, want 1 and 8", srv.Accepted(), srv.BytesReceived())
 	}
@@ -94,11 +98,12 @@ func TestHTTPSServerWithTestCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := ca.ServerTLS("api.example.test", "10.244.1.12")
+	ip := harness.PodIP(t)
+	cfg, err := ca.ServerTLS("api.example.test", ip)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: "10.244.1.12:8443", TLS: cfg})
+	srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: ip + ":8443", TLS: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,13 +111,13 @@ func TestHTTPSServerWithTestCA(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.PEM)
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "api.example.test"}}}
-	resp, err := c.Get("https://10.244.1.12:8443/")
+	resp, err := c.Get("https://" + ip + ":8443/")
 	if err != nil {
 		t.Fatalf("GET with the test CA: %v", err)
 	}
 	_ = resp.Body.Close()
 	untrusted := &http.Client{Timeout: 5 * time.Second}
-	if _, err := untrusted.Get("https://10.244.1.12:8443/"); err == nil {
+	if _, err := untrusted.Get("https://" + ip + ":8443/"); err == nil {
 		t.Fatal("a client without the test CA trusted the server")
 	}
 }
@@ -125,9 +130,10 @@ func TestAPIServerAcceptsSliceWithPodAddress(t *testing.T) {
 	if _, err := harness.CreateNode(ctx, cp.Client, harness.NodeOptions{Name: "node-a", Zone: "zone-1"}); err != nil {
 		t.Fatal(err)
 	}
+	ip, ip6 := harness.PodIP(t), harness.PodIPv6(t)
 	pod, err := harness.CreatePod(ctx, cp.Client, harness.PodOptions{
 		Namespace: ns, Name: "web-0", Node: "node-a", Labels: map[string]string{"app": "web"},
-		IPs:   []string{"10.244.1.20", "fd00:10:244::3"},
+		IPs:   []string{ip, ip6},
 		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
 	})
 	if err != nil {
@@ -137,21 +143,21 @@ func TestAPIServerAcceptsSliceWithPodAddress(t *testing.T) {
 	if err := cp.Client.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Status.Phase != corev1.PodRunning || got.Status.PodIP != "10.244.1.20" || len(got.Status.PodIPs) != 2 {
+	if got.Status.Phase != corev1.PodRunning || got.Status.PodIP != ip || len(got.Status.PodIPs) != 2 {
 		t.Fatalf("pod status not written as a kubelet would: %+v", got.Status)
 	}
-	srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: "10.244.1.20:8080"})
+	srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: ip + ":8080"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
-	if code := get(t, "http://10.244.1.20:8080/"); code != http.StatusOK {
+	if code := get(t, "http://"+ip+":8080/"); code != http.StatusOK {
 		t.Fatalf("the pod's server answered %d", code)
 	}
 	for _, family := range []struct {
 		typ  discoveryv1.AddressType
 		addr string
-	}{{discoveryv1.AddressTypeIPv4, "10.244.1.20"}, {discoveryv1.AddressTypeIPv6, "fd00:10:244::3"}} {
+	}{{discoveryv1.AddressTypeIPv4, ip}, {discoveryv1.AddressTypeIPv6, ip6}} {
 		slice := &discoveryv1.EndpointSlice{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: ns, Name: "web-" + strings.ToLower(string(family.typ)),
@@ -218,8 +224,9 @@ func TestPostgresPrimaryReplicaAndPromotion(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.2.10"})
-	replica := primary.StartTestReplica(t, "10.244.2.11", 5432)
+	ips := harness.PodIPs(t, 2)
+	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ips[0]})
+	replica := primary.StartTestReplica(t, ips[1], 5432)
 
 	expectRecovery := func(p *harness.Postgres, want bool) {
 		t.Helper()
@@ -243,7 +250,7 @@ func TestPostgresPrimaryReplicaAndPromotion(t *testing.T) {
 	})
 
 	// A wrong password is refused: the server really authenticates.
-	db, err := sql.Open("postgres", "postgres://swh:wrong@10.244.2.10:5432/postgres?sslmode=disable&connect_timeout=5")
+	db, err := sql.Open("postgres", "postgres://swh:wrong@"+ips[0]+":5432/postgres?sslmode=disable&connect_timeout=5")
 	if err != nil {
 		t.Fatal(err)
 	}

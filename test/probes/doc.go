@@ -6,8 +6,8 @@
 // TCP servers that count the bytes a probe sends, and HTTP(S) servers whose
 // status, delay and certificate the tests control.
 //
-// Each test listens on addresses of its own in 10.244.30.0/24 to
-// 10.244.39.0/24, so that no two tests, here or in other suites, share a
-// server. The package holds tests only; run them with `make test`, or alone
+// Each test listens on pod addresses the harness gives it (harness.PodIP),
+// so that no two tests, here or in other suites, share a server. The
+// package holds tests only; run them with `make test`, or alone
 // with hack/netns.sh (see hack/test.sh).
 package probes

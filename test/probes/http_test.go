@@ -33,7 +33,7 @@ func startHTTPServer(t testing.TB, addr string, tlsConfig *tls.Config) *harness.
 // against sets of expected codes, the default being 200-399.
 func TestHTTPProbeStatusCodes(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
-	srv := startHTTPServer(t, "10.244.31.10:8080", nil)
+	srv := startHTTPServer(t, harness.PodIP(t)+":8080", nil)
 	tgt := target(t, srv.Addr())
 	tests := []struct {
 		status int
@@ -70,7 +70,7 @@ func TestHTTPProbeStatusCodes(t *testing.T) {
 // extra headers, the default User-Agent, and no keep-alive.
 func TestHTTPProbeRequest(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
-	srv := startHTTPServer(t, "10.244.31.11:8080", nil)
+	srv := startHTTPServer(t, harness.PodIP(t)+":8080", nil)
 	tgt := target(t, srv.Addr())
 	p := newHTTP(t, probes.HTTPConfig{
 		Path:    "/ready?full=1",
@@ -108,7 +108,7 @@ func TestHTTPProbeRequest(t *testing.T) {
 // timeout, without the probe waiting for it; a stopped one is refused.
 func TestHTTPProbeSlowAndStopped(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
-	srv := startHTTPServer(t, "10.244.31.12:8080", nil)
+	srv := startHTTPServer(t, harness.PodIP(t)+":8080", nil)
 	tgt := target(t, srv.Addr())
 	p := newHTTP(t, probes.HTTPConfig{})
 
@@ -143,12 +143,13 @@ func TestHTTPSProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverTLS, err := ca.ServerTLS("10.244.31.20", "app.example.test")
+	ips := harness.PodIPs(t, 2)
+	serverTLS, err := ca.ServerTLS(ips[0], "app.example.test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	httpsTarget := target(t, startHTTPServer(t, "10.244.31.20:8443", serverTLS).Addr())
-	plainTarget := target(t, startHTTPServer(t, "10.244.31.21:8080", nil).Addr())
+	httpsTarget := target(t, startHTTPServer(t, ips[0]+":8443", serverTLS).Addr())
+	plainTarget := target(t, startHTTPServer(t, ips[1]+":8080", nil).Addr())
 
 	tests := []struct {
 		name   string

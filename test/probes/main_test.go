@@ -59,19 +59,3 @@ func check(t testing.TB, res probes.Result, status probes.Status, reason probes.
 		t.Errorf("probe %v: Err = %v, want an error exactly on failure", res, res.Err)
 	}
 }
-
-// eventually polls cond until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v (%s)", what, timeout, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

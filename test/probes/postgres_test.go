@@ -69,8 +69,9 @@ func testContext(t testing.TB) context.Context {
 func TestPostgreSQLPrimaryAndReplica(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
 	ctx := testContext(t)
-	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.32.10"})
-	replica := primary.StartTestReplica(t, "10.244.32.11", 5432)
+	ips := harness.PodIPs(t, 2)
+	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ips[0]})
+	replica := primary.StartTestReplica(t, ips[1], 5432)
 	primaryTarget, replicaTarget := target(t, primary.Addr()), target(t, replica.Addr())
 	p := newPostgreSQL(t, with(superuser(primary), func(c *postgresql.Config) { c.Query = primaryQuery }))
 
@@ -107,7 +108,7 @@ func TestPostgreSQLPrimaryAndReplica(t *testing.T) {
 // one server, and checks the reason exactly.
 func TestPostgreSQLReasons(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
-	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.33.10"})
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: harness.PodIP(t)})
 	tgt := target(t, pg.Addr())
 	su := superuser(pg)
 	query := func(q string) postgresql.Config {
@@ -153,11 +154,11 @@ func TestPostgreSQLReasons(t *testing.T) {
 	// reads the startup message and never answers. (An HTTP server is the
 	// silent kind: it waits for the end of a request line that never comes.)
 	t.Run("SMTP-like server", func(t *testing.T) {
-		addr := startGreeter(t, "10.244.33.11:5432", "220 mail.example.test ESMTP ready\r\n")
+		addr := startGreeter(t, harness.PodIP(t)+":5432", "220 mail.example.test ESMTP ready\r\n")
 		expect(t, newPostgreSQL(t, su), target(t, addr), probes.Failure, probes.ReasonProtocol)
 	})
 	t.Run("silent server", func(t *testing.T) {
-		srv := startTCPServer(t, "10.244.33.12:5432")
+		srv := startTCPServer(t, harness.PodIP(t)+":5432")
 		res := expect(t, newPostgreSQL(t, su), target(t, srv.Addr()), probes.Failure, probes.ReasonTimeout)
 		if res.Latency < probeTimeout/2 {
 			t.Errorf("the probe gave up after %v, long before its deadline", res.Latency)
@@ -171,9 +172,11 @@ func TestPostgreSQLReasons(t *testing.T) {
 		for range n {
 			expect(t, p, tgt, probes.Success, probes.ReasonOK)
 		}
-		eventually(t, 5*time.Second, "the server logged every login", func() (bool, string) {
-			got := strings.Count(pg.Log(), "application_name=swh-probe-counted")
-			return got == n, fmt.Sprintf("%d logins of swh-probe-counted, want %d", got, n)
+		harness.Eventually(t, 5*time.Second, "the server logged every login", func() error {
+			if got := strings.Count(pg.Log(), "application_name=swh-probe-counted"); got != n {
+				return fmt.Errorf("%d logins of swh-probe-counted, want %d", got, n)
+			}
+			return nil
 		})
 	})
 }
@@ -185,7 +188,7 @@ func TestPostgreSQLReasons(t *testing.T) {
 func TestPostgreSQLTooManyConnections(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
 	ctx := testContext(t)
-	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.34.10", MaxConnections: 4})
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: harness.PodIP(t), MaxConnections: 4})
 	if err := pg.Exec(ctx, "CREATE ROLE app LOGIN PASSWORD 'app-password'"); err != nil {
 		t.Fatal(err)
 	}
@@ -239,9 +242,11 @@ func TestPostgreSQLTooManyConnections(t *testing.T) {
 	// The superuser's reserved slot: free once the backends of the refused
 	// logins above have exited (each holds a slot for a moment).
 	su := newPostgreSQL(t, superuser(pg))
-	eventually(t, 5*time.Second, "the superuser gets the reserved slot", func() (bool, string) {
-		res := probe(su, tgt, probeTimeout)
-		return res.Passed(), res.String()
+	harness.Eventually(t, 5*time.Second, "the superuser gets the reserved slot", func() error {
+		if res := probe(su, tgt, probeTimeout); !res.Passed() {
+			return fmt.Errorf("%s", res)
+		}
+		return nil
 	})
 
 	if err := held[len(held)-1].Close(); err != nil {
@@ -249,9 +254,11 @@ func TestPostgreSQLTooManyConnections(t *testing.T) {
 	}
 	held = held[:len(held)-1]
 	// The backend of the released session exits asynchronously.
-	eventually(t, 10*time.Second, "the role's probe passes once a slot is free", func() (bool, string) {
-		res := probe(app, tgt, probeTimeout)
-		return res.Passed(), res.String()
+	harness.Eventually(t, 10*time.Second, "the role's probe passes once a slot is free", func() error {
+		if res := probe(app, tgt, probeTimeout); !res.Passed() {
+			return fmt.Errorf("%s", res)
+		}
+		return nil
 	})
 }
 
@@ -261,7 +268,7 @@ func TestPostgreSQLTooManyConnections(t *testing.T) {
 func TestPostgreSQLQueryTimeout(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
 	ctx := testContext(t)
-	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: "10.244.35.10"})
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: harness.PodIP(t)})
 	tgt := target(t, pg.Addr())
 	const (
 		sleep   = 5 * time.Second
@@ -288,9 +295,11 @@ func TestPostgreSQLQueryTimeout(t *testing.T) {
 	// Without statement_timeout the backend would sleep on, unaware that the
 	// client has gone, until the pg_sleep ends; give the server until well
 	// before that to end it.
-	eventually(t, time.Until(start.Add(sleep-time.Second)), "the server ended the query", func() (bool, string) {
-		n := backends()
-		return n == 0, fmt.Sprintf("%d backends of %s in pg_stat_activity", n, appName)
+	harness.Eventually(t, time.Until(start.Add(sleep-time.Second)), "the server ended the query", func() error {
+		if n := backends(); n != 0 {
+			return fmt.Errorf("%d backends of %s in pg_stat_activity", n, appName)
+		}
+		return nil
 	})
 	if !strings.Contains(pg.Log(), "canceling statement due to statement timeout") {
 		t.Errorf("the server log does not show the statement timeout")
@@ -310,7 +319,7 @@ func TestPostgreSQLTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const addr = "10.244.36.10"
+	addr := harness.PodIP(t)
 	cert, err := ca.Issue(addr, "db.example.test")
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +372,7 @@ func TestPostgreSQLCleartextPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const addr = "10.244.37.10"
+	addr := harness.PodIP(t)
 	cert, err := ca.Issue(addr)
 	if err != nil {
 		t.Fatal(err)

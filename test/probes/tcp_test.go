@@ -40,8 +40,12 @@ func startTCPServer(t testing.TB, addr string) *harness.TCPServer {
 // refused and a restarted one passes again.
 func TestTCPProbePodAddress(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
-	for _, addr := range []string{"10.244.30.10:2525", "[fd00:10:244::c]:2525"} {
-		t.Run(addr, func(t *testing.T) {
+	for _, family := range []string{"IPv4", "IPv6"} {
+		t.Run(family, func(t *testing.T) {
+			addr := net.JoinHostPort(harness.PodIP(t), "2525")
+			if family == "IPv6" {
+				addr = net.JoinHostPort(harness.PodIPv6(t), "2525")
+			}
 			srv := startTCPServer(t, addr)
 			tgt := target(t, addr)
 			p := newTCP(t)
@@ -50,8 +54,11 @@ func TestTCPProbePodAddress(t *testing.T) {
 				expect(t, p, tgt, probes.Success, probes.ReasonOK)
 			}
 			// The server counts a connection once it has read it to its end.
-			eventually(t, 5*time.Second, "the server saw every probe", func() (bool, string) {
-				return srv.Accepted() == n, fmt.Sprintf("accepted %d of %d", srv.Accepted(), n)
+			harness.Eventually(t, 5*time.Second, "the server saw every probe", func() error {
+				if got := srv.Accepted(); got != n {
+					return fmt.Errorf("accepted %d of %d", got, n)
+				}
+				return nil
 			})
 			// Stop waits for the server's readers: every byte is counted.
 			if err := srv.Stop(); err != nil {
@@ -76,9 +83,9 @@ func TestTCPProbeFailures(t *testing.T) {
 		target func(t *testing.T) probes.Target
 		reason probes.Reason
 	}{
-		{"nothing listens", func(t *testing.T) probes.Target { return target(t, "10.244.30.20:1") }, probes.ReasonRefused},
-		{"never answers", func(t *testing.T) probes.Target { return fullBacklog(t, "10.244.30.21") }, probes.ReasonTimeout},
-		{"invalid port", func(*testing.T) probes.Target { return probes.Target{Host: "10.244.30.22", Port: 0} }, probes.ReasonInvalidTarget},
+		{"nothing listens", func(t *testing.T) probes.Target { return target(t, harness.PodIP(t)+":1") }, probes.ReasonRefused},
+		{"never answers", func(t *testing.T) probes.Target { return fullBacklog(t, harness.PodIP(t)) }, probes.ReasonTimeout},
+		{"invalid port", func(t *testing.T) probes.Target { return probes.Target{Host: harness.PodIP(t), Port: 0} }, probes.ReasonInvalidTarget},
 	}
 	p := newTCP(t)
 	for _, tt := range tests {
@@ -138,14 +145,13 @@ func TestTCPProbeLeavesNoTimeWait(t *testing.T) {
 	p := newTCP(t)
 	tests := []struct {
 		name    string
-		addr    string
 		connect func(t *testing.T, tgt probes.Target)
 		want    int
 	}{
-		{"probe", "10.244.30.30:7000", func(t *testing.T, tgt probes.Target) {
+		{"probe", func(t *testing.T, tgt probes.Target) {
 			check(t, probe(p, tgt, probeTimeout), probes.Success, probes.ReasonOK)
 		}, 0},
-		{"plain close", "10.244.30.31:7000", func(t *testing.T, tgt probes.Target) {
+		{"plain close", func(t *testing.T, tgt probes.Target) {
 			c, err := net.DialTimeout("tcp", tgt.Addr(), probeTimeout)
 			if err != nil {
 				t.Fatal(err)
@@ -155,20 +161,26 @@ func TestTCPProbeLeavesNoTimeWait(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := startTCPServer(t, tt.addr)
-			tgt := target(t, tt.addr)
+			addr := harness.PodIP(t) + ":7000"
+			srv := startTCPServer(t, addr)
+			tgt := target(t, addr)
 			before := timeWaits(t, tgt)
 			for range n {
 				tt.connect(t, tgt)
 			}
 			// The server closes its side once it has seen the client's
 			// FIN or RST; then every socket has reached its final state.
-			eventually(t, 5*time.Second, "the server handled every connection", func() (bool, string) {
-				return srv.Accepted() == n, fmt.Sprintf("accepted %d of %d", srv.Accepted(), n)
+			harness.Eventually(t, 5*time.Second, "the server handled every connection", func() error {
+				if got := srv.Accepted(); got != n {
+					return fmt.Errorf("accepted %d of %d", got, n)
+				}
+				return nil
 			})
-			eventually(t, 5*time.Second, "TIME_WAIT sockets settle", func() (bool, string) {
-				got := newTimeWaits(t, tgt, before)
-				return got == tt.want, fmt.Sprintf("%d TIME_WAIT sockets to %s, want %d", got, tgt, tt.want)
+			harness.Eventually(t, 5*time.Second, "TIME_WAIT sockets settle", func() error {
+				if got := newTimeWaits(t, tgt, before); got != tt.want {
+					return fmt.Errorf("%d TIME_WAIT sockets to %s, want %d", got, tgt, tt.want)
+				}
+				return nil
 			})
 		})
 	}
@@ -196,7 +208,8 @@ func timeWaits(t *testing.T, tgt probes.Target) map[string]bool {
 }
 
 // newTimeWaits counts the sockets in TIME_WAIT to tgt that are not in
-// before: those of an earlier run (with -count) wait for 60 s.
+// before: those of an earlier process of the run that had the address
+// wait for 60 s.
 func newTimeWaits(t *testing.T, tgt probes.Target, before map[string]bool) int {
 	n := 0
 	for s := range timeWaits(t, tgt) {

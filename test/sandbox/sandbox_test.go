@@ -173,18 +173,17 @@ func lastBytes(b []byte, n int) []byte {
 // waitOutput waits until the sandbox has printed want.
 func (s *sandbox) waitOutput(want string, timeout time.Duration) {
 	s.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(s.output.String(), want) {
+	harness.Eventually(s.t, timeout, fmt.Sprintf("swh-sandbox prints %q", want), func() error {
+		if strings.Contains(s.output.String(), want) {
+			return nil
+		}
 		select {
 		case <-s.exited:
 			s.t.Fatalf("swh-sandbox exited (%v) before printing %q", s.err, want)
 		default:
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("swh-sandbox did not print %q within %s", want, timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return errors.New("not printed")
+	})
 }
 
 // send types a command on the sandbox's stdin.
@@ -241,25 +240,19 @@ func flag(p *bool, def bool) string {
 func (s *sandbox) waitSlices(what string, want map[string]map[string]string) {
 	s.t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(45 * time.Second)
-	var got map[string]map[string]string
-	var err error
-	for {
-		got, err = map[string]map[string]string{}, nil
+	harness.Eventually(s.t, 45*time.Second, what, func() error {
+		got := map[string]map[string]string{}
 		for resource := range want {
-			got[resource], err = s.slices(ctx, resource)
-			if err != nil {
-				break
+			var err error
+			if got[resource], err = s.slices(ctx, resource); err != nil {
+				return err
 			}
 		}
-		if err == nil && fmt.Sprint(got) == fmt.Sprint(want) {
-			return
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("slices\n got %v\nwant %v", got, want)
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: slices\n got %v (%v)\nwant %v", what, got, err, want)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestSandbox starts the sandbox, checks the examples' slices, fails and
@@ -270,16 +263,14 @@ func (s *sandbox) waitSlices(what string, want map[string]map[string]string) {
 func (s *sandbox) waitAgentPods(what string, want map[string]bool) {
 	s.t.Helper()
 	ctx := context.Background()
-	var got map[string]bool
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	harness.Eventually(s.t, 15*time.Second, what, func() error {
 		pods := &corev1.PodList{}
 		err := s.c.List(ctx, pods, client.InNamespace("swh-system"),
 			client.MatchingLabels{"app.kubernetes.io/name": "swh", "app.kubernetes.io/component": "agent"})
 		if err != nil {
 			s.t.Fatalf("%s: listing the agent pods: %v", what, err)
 		}
-		got = map[string]bool{}
+		got := map[string]bool{}
 		for _, p := range pods.Items {
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodReady {
@@ -287,14 +278,11 @@ func (s *sandbox) waitAgentPods(what string, want map[string]bool) {
 				}
 			}
 		}
-		if fmt.Sprint(got) == fmt.Sprint(want) {
-			return
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			return fmt.Errorf("agent pods ready by node %v, want %v", got, want)
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: agent pods ready by node %v, want %v", what, got, want)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestSandbox(t *testing.T) {
