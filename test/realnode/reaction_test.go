@@ -179,11 +179,14 @@ func BenchmarkFailureReaction(b *testing.B) {
 	// From the failure, and from the probe result that flipped the
 	// verdict (the checkFailures-th failed check each prober made).
 	var builtin, ours, builtinAfter, oursAfter []time.Duration
+	// From the verdict to the slice change a watch sees.
+	var builtinSlice, oursSlice []time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		victim := s.pods[i%len(s.pods)]
 		from := clientOffNode(victim.Spec.NodeName)
 		lb, ls := sendTo(ctx, from, s.builtin, 4), sendTo(ctx, from, s.swh, 4)
+		wb, ws := watchWithdrawals(ctx, b, s.ns, "builtin"), watchWithdrawals(ctx, b, s.ns, "swh")
 		time.Sleep(300 * time.Millisecond) // both loops land everywhere first
 		failed := time.Now()
 		if err := control(ctx, victim, 8080, "fail"); err != nil {
@@ -210,6 +213,13 @@ func BenchmarkFailureReaction(b *testing.B) {
 		ours = append(ours, ls.lastOn(victim.Name).Sub(failed))
 		builtinAfter = append(builtinAfter, lb.lastOn(victim.Name).Sub(verdicts["kube-probe"]))
 		oursAfter = append(oursAfter, ls.lastOn(victim.Name).Sub(verdicts["swh-probe"]))
+		for _, w := range []*withdrawals{wb, ws} {
+			if _, err := w.stop(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		builtinSlice = append(builtinSlice, wb.firstWithdrawal(victim.Status.PodIP).Sub(verdicts["kube-probe"]))
+		oursSlice = append(oursSlice, ws.firstWithdrawal(victim.Status.PodIP).Sub(verdicts["swh-probe"]))
 		if err := control(ctx, victim, 8080, "recover"); err != nil {
 			b.Fatal(err)
 		}
@@ -228,12 +238,18 @@ func BenchmarkFailureReaction(b *testing.B) {
 	if bv50 > 0 {
 		b.ReportMetric(float64(sv50)/float64(bv50), "after-verdict-ratio")
 	}
+	bs50, bsmax := percentile(builtinSlice, 50), percentile(builtinSlice, 100)
+	ss50, ssmax := percentile(oursSlice, 50), percentile(oursSlice, 100)
+	b.ReportMetric(ms(bs50), "builtin-verdict-to-slice-p50-ms")
+	b.ReportMetric(ms(ss50), "swh-verdict-to-slice-p50-ms")
 	b.Logf("%d failures, one pod at a time, client on another node; %s period, %d failures\n"+
-		"  failure → kube-proxy stops sending:      built-in p50 %s max %s | swh p50 %s max %s\n"+
+		"  failure → kube-proxy stops sending:         built-in p50 %s max %s | swh p50 %s max %s\n"+
 		"  failing verdict → kube-proxy stops sending: built-in p50 %s max %s | swh p50 %s max %s | ratio of p50s %.2f (goal ≤ 0.5)\n"+
-		"  all (failure, verdict): built-in %v %v; swh %v %v",
+		"  failing verdict → slice change (watch):     built-in p50 %s max %s | swh p50 %s max %s | ratio of p50s %.2f\n"+
+		"  all (failure, verdict, slice): built-in %v %v %v; swh %v %v %v",
 		len(ours), checkPeriod, checkFailures, bp50, bmax, sp50, smax, bv50, bvmax, sv50, svmax, float64(sv50)/float64(bv50),
-		builtin, builtinAfter, ours, oursAfter)
+		bs50, bsmax, ss50, ssmax, float64(ss50)/float64(bs50),
+		builtin, builtinAfter, builtinSlice, ours, oursAfter, oursSlice)
 }
 
 // verdictTimes reads the victim's web port check log and returns, per

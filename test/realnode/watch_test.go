@@ -23,7 +23,9 @@ type withdrawals struct {
 
 	mu     sync.Mutex
 	events []string
-	err    error
+	// first is when each address was first withdrawn.
+	first map[string]time.Time
+	err   error
 }
 
 func watchWithdrawals(ctx context.Context, t testing.TB, ns, service string) *withdrawals {
@@ -37,7 +39,7 @@ func watchWithdrawals(ctx context.Context, t testing.TB, ns, service string) *wi
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	ww := &withdrawals{cancel: cancel, done: make(chan struct{})}
+	ww := &withdrawals{cancel: cancel, done: make(chan struct{}), first: map[string]time.Time{}}
 	go func() {
 		defer close(ww.done)
 		defer w.Stop()
@@ -65,7 +67,7 @@ func watchWithdrawals(ctx context.Context, t testing.TB, ns, service string) *wi
 				now := readyIn(slices)
 				for addr := range ready {
 					if !now[addr] {
-						ww.record(fmt.Sprintf("%s %s withdrawn (%s of slice %s)", time.Now().Format("15:04:05.000"), addr, ev.Type, s.Name))
+						ww.record(addr, fmt.Sprintf("%s %s withdrawn (%s of slice %s)", time.Now().Format("15:04:05.000"), addr, ev.Type, s.Name))
 					}
 				}
 				ready = now
@@ -89,10 +91,20 @@ func readyIn(slices map[string]*discoveryv1.EndpointSlice) map[string]bool {
 	return ready
 }
 
-func (w *withdrawals) record(e string) {
+func (w *withdrawals) record(addr, e string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.events = append(w.events, e)
+	if _, seen := w.first[addr]; !seen {
+		w.first[addr] = time.Now()
+	}
+}
+
+// firstWithdrawal returns when addr was first withdrawn (zero if never).
+func (w *withdrawals) firstWithdrawal(addr string) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.first[addr]
 }
 
 func (w *withdrawals) fail(err error) {
