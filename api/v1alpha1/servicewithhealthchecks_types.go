@@ -118,11 +118,3 @@ const AnnotationAdopt = "network.swh.dev/adopt"
 // value of the built-in EndpointSlice controller's slices, which adoption
 // replaces.
 const BuiltinEndpointSliceManager = "endpointslice-controller.k8s.io"
-
-// Condition types of ServiceWithHealthchecksStatus.
-const (
-	// ConditionServiceSynced is True when the child Service matches the spec.
-	ConditionServiceSynced = "ServiceSynced"
-	// ConditionEndpointsAvailable is True when at least one endpoint is ready.
-	ConditionEndpointsAvailable = "EndpointsAvailable"
-)

@@ -81,9 +81,16 @@ type NodeStatus struct {
 	Note string `json:"note,omitempty"`
 }
 
-// ReasonNotPublished is the reason of a selected pod that no slice of the
-// port holds.
-const ReasonNotPublished = "not-published"
+// Reasons the plugin finds itself, besides those of the slices' reasons
+// annotation (swhv1alpha1.EndpointReason). They are never stored: the
+// plugin computes them from what it reads.
+const (
+	// ReasonNotPublished: a selected pod that no slice of the port holds.
+	ReasonNotPublished = "not-published"
+	// ReasonUnknown: a pod published not ready whose slice records no
+	// reason.
+	ReasonUnknown = "unknown"
+)
 
 // BuildStatus turns a snapshot into the status report.
 func BuildStatus(s *Snapshot) Status {
@@ -211,7 +218,7 @@ func (s *Snapshot) endpoint(pod *corev1.Pod, port string, probeNames []string) E
 		return ep
 	}
 	if ep.Reason == nil && !s.receives(ep) {
-		ep.Reason = &Reason{Reason: "unknown", Message: "the slice records no reason (written by an agent older than the reasons annotation, or left out of a slice of many failing endpoints)"}
+		ep.Reason = &Reason{Reason: ReasonUnknown, Message: "the slice records no reason (written by an agent older than the reasons annotation, or left out of a slice of many failing endpoints)"}
 	}
 	return ep
 }

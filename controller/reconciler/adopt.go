@@ -67,7 +67,7 @@ func (r *Reconciler) finishAdoption(ctx context.Context, swh *swhv1alpha1.Servic
 		return cond, err
 	}
 	log.FromContext(ctx).Info("adoption finished: removed the built-in controller's slices", "slices", n)
-	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonServiceSynced
+	cond.Status, cond.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonSynced
 	cond.Message = fmt.Sprintf("Service %s adopted; %d built-in EndpointSlices removed", swh.Name, n)
 	return cond, nil
 }
@@ -128,7 +128,7 @@ func (r *Reconciler) finishSelectorRemoval(ctx context.Context, swh *swhv1alpha1
 		}
 		return cond, builtinRecheck - since, nil
 	}
-	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonServiceSynced
+	cond.Status, cond.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonSynced
 	cond.Message = fmt.Sprintf("Service %s matches the spec", swh.Name)
 	return cond, 0, nil
 }
@@ -152,7 +152,7 @@ func (r *Reconciler) recheckAfter(swh *swhv1alpha1.ServiceWithHealthchecks, d ti
 // wasForbidden reports whether the status says a write was forbidden.
 func wasForbidden(swh *swhv1alpha1.ServiceWithHealthchecks) bool {
 	prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
-	return prev != nil && prev.Reason == ReasonForbidden
+	return prev != nil && prev.Reason == swhv1alpha1.ReasonForbidden
 }
 
 // resumeAfterForbidden looks, once the Service is in line again after a
@@ -170,7 +170,7 @@ func (r *Reconciler) resumeAfterForbidden(ctx context.Context, swh *swhv1alpha1.
 	if len(left.Items) == 0 {
 		return cond, nil
 	}
-	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonAdopting
+	cond.Status, cond.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonAdopting
 	cond.Message = "the built-in controller's EndpointSlices, whose deletion was forbidden, stay until the agents publish theirs"
 	return cond, nil
 }

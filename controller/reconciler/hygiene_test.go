@@ -79,7 +79,7 @@ func TestComputeStatusCountsPodsOnce(t *testing.T) {
 		{Ports: port("a"), AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{ep("p1", "fd00::1", true)}},
 		{Ports: port("b"), AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", false)}},
 	}
-	st := computeStatus(swh, nil, slices, metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionTrue, Reason: ReasonServiceSynced})
+	st := computeStatus(swh, nil, slices, metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionTrue, Reason: swhv1alpha1.ReasonSynced})
 	if st.Ports[0].TotalEndpoints != 2 || st.Ports[0].ReadyEndpoints != 2 || st.Ports[1].ReadyEndpoints != 1 {
 		t.Errorf("ports %+v: a dual-stack pod must count once", st.Ports)
 	}

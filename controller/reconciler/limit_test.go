@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
 
 func TestRevertLimiter(t *testing.T) {
@@ -86,9 +88,9 @@ func TestRevertLimiter(t *testing.T) {
 func TestDrifting(t *testing.T) {
 	held := drift{changes: []change{{field: "publishNotReadyAddresses", note: "publishNotReadyAddresses true"}}}
 	deferred := drift{changes: []change{{field: "selector", note: "selector app=web (set by kyverno)"}}}
-	synced := metav1.Condition{Type: "ServiceSynced", Status: metav1.ConditionTrue, Reason: ReasonServiceSynced, Message: "Service web matches the spec"}
-	proxy := metav1.Condition{Type: "ServiceSynced", Status: metav1.ConditionFalse, Reason: ReasonServiceDrifted, Message: "the child Service has the label"}
-	removed := metav1.Condition{Type: "ServiceSynced", Status: metav1.ConditionFalse, Reason: ReasonSelectorRemoved, Message: "removed"}
+	synced := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionTrue, Reason: swhv1alpha1.ReasonSynced, Message: "Service web matches the spec"}
+	proxy := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionFalse, Reason: swhv1alpha1.ReasonServiceDrifted, Message: "the child Service has the label"}
+	removed := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionFalse, Reason: swhv1alpha1.ReasonSelectorRemoved, Message: "removed"}
 	tests := []struct {
 		name   string
 		cond   metav1.Condition
@@ -96,12 +98,12 @@ func TestDrifting(t *testing.T) {
 		reason string
 		parts  []string
 	}{
-		{"nothing left", synced, putBackResult{}, ReasonServiceSynced, []string{"matches"}},
-		{"held", synced, putBackResult{held: held}, ReasonServiceDrifted, []string{"mutating admission", "publishNotReadyAddresses true"}},
-		{"deferred", synced, putBackResult{deferred: deferred, interval: 4 * time.Second}, ReasonServiceDrifted, []string{"selector app=web (set by kyverno)", "every 4s"}},
+		{"nothing left", synced, putBackResult{}, swhv1alpha1.ReasonSynced, []string{"matches"}},
+		{"held", synced, putBackResult{held: held}, swhv1alpha1.ReasonServiceDrifted, []string{"mutating admission", "publishNotReadyAddresses true"}},
+		{"deferred", synced, putBackResult{deferred: deferred, interval: 4 * time.Second}, swhv1alpha1.ReasonServiceDrifted, []string{"selector app=web (set by kyverno)", "every 4s"}},
 		{"both, with a proxy label", proxy, putBackResult{held: held, deferred: deferred, interval: time.Second},
-			ReasonServiceDrifted, []string{"publishNotReadyAddresses", "selector", "the label"}},
-		{"a selector removal says more", removed, putBackResult{held: held}, ReasonSelectorRemoved, []string{"removed"}},
+			swhv1alpha1.ReasonServiceDrifted, []string{"publishNotReadyAddresses", "selector", "the label"}},
+		{"a selector removal says more", removed, putBackResult{held: held}, swhv1alpha1.ReasonSelectorRemoved, []string{"removed"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,7 +111,7 @@ func TestDrifting(t *testing.T) {
 			if got.Reason != tt.reason {
 				t.Errorf("reason %s, want %s", got.Reason, tt.reason)
 			}
-			if (got.Status == metav1.ConditionTrue) != (tt.reason == ReasonServiceSynced) {
+			if (got.Status == metav1.ConditionTrue) != (tt.reason == swhv1alpha1.ReasonSynced) {
 				t.Errorf("status %s with reason %s", got.Status, got.Reason)
 			}
 			for _, p := range tt.parts {

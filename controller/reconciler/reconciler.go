@@ -102,16 +102,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if svc != nil && ownedBy(svc, swh) {
 		// A refused apply leaves the Service as it was, and the agents go
 		// on publishing its ports: none of their slices is stale for it.
-		judgePorts := cond.Reason != ReasonServiceRejected && cond.Reason != ReasonForbidden
+		judgePorts := cond.Reason != swhv1alpha1.ReasonServiceRejected && cond.Reason != swhv1alpha1.ReasonForbidden
 		live, err = r.collectStaleSlices(ctx, swh, svc, slices.Items, judgePorts)
-		if err == nil && cond.Reason == ReasonServiceSynced && wasForbidden(swh) {
+		if err == nil && cond.Reason == swhv1alpha1.ReasonSynced && wasForbidden(swh) {
 			cond, err = r.resumeAfterForbidden(ctx, swh, cond)
 		}
 		if err == nil {
 			switch cond.Reason {
-			case ReasonAdopting:
+			case swhv1alpha1.ReasonAdopting:
 				cond, err = r.finishAdoption(ctx, swh, live, cond)
-			case ReasonSelectorRemoved:
+			case swhv1alpha1.ReasonSelectorRemoved:
 				var recheck time.Duration
 				cond, recheck, err = r.finishSelectorRemoval(ctx, swh, cond)
 				requeue = sooner(requeue, recheck)
@@ -121,7 +121,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			cond, err = r.forbidden(cond, err), nil
 		}
 		if err != nil {
-			if cond.Reason == ReasonSelectorRemoved || cond.Reason == ReasonAdopting {
+			if cond.Reason == swhv1alpha1.ReasonSelectorRemoved || cond.Reason == swhv1alpha1.ReasonAdopting {
 				// Only the status tells the retry that built-in slices
 				// remain (the selector is gone, the Service is owned).
 				_, werr := r.writeStatus(ctx, swh, computeStatus(swh, svc, live, cond))
@@ -132,7 +132,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.eventOnTransition(swh, cond)
 	res, err := r.writeStatus(ctx, swh, computeStatus(swh, svc, live, cond))
-	if cond.Reason == ReasonForbidden {
+	if cond.Reason == swhv1alpha1.ReasonForbidden {
 		requeue = sooner(requeue, forbiddenRetry)
 	}
 	if err == nil && res.RequeueAfter == 0 {
@@ -160,12 +160,12 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 	adopting := false
 	if svc != nil && !ownedBy(svc, swh) {
 		if swh.Annotations[swhv1alpha1.AnnotationAdopt] != "true" {
-			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceConflict
+			cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonServiceNotOwned
 			cond.Message = fmt.Sprintf("Service %s exists and is not controlled by this resource; set the annotation %s: \"true\" to adopt it", swh.Name, swhv1alpha1.AnnotationAdopt)
 			return serviceState{svc: svc, cond: cond}, nil
 		}
 		if owner := metav1.GetControllerOf(svc); owner != nil {
-			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceConflict
+			cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonServiceNotOwned
 			cond.Message = fmt.Sprintf("Service %s is controlled by %s %s; it cannot be adopted", swh.Name, owner.Kind, owner.Name)
 			return serviceState{svc: svc, cond: cond}, nil
 		}
@@ -197,7 +197,7 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 	// Nothing else is put back meanwhile: the live Service is the last
 	// applied spec, which the agents serve, and judging it by the refused
 	// one would take down what it still has.
-	if !adopting && prev != nil && prev.Reason == ReasonServiceRejected && prev.ObservedGeneration == swh.Generation {
+	if !adopting && prev != nil && prev.Reason == swhv1alpha1.ReasonServiceRejected && prev.ObservedGeneration == swh.Generation {
 		if removedSelector != "" {
 			return serviceState{svc: svc, cond: r.synced(swh, svc, cond, removedSelector)}, nil
 		}
@@ -245,7 +245,7 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 		}
 	}
 	if adopting {
-		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonAdopting
+		cond.Status, cond.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonAdopting
 		cond.Message = "adopted the Service; the built-in controller's EndpointSlices stay until the agents publish theirs"
 		return serviceState{svc: svc, cond: cond}, nil
 	}
@@ -277,7 +277,7 @@ func specApplied(swh *swhv1alpha1.ServiceWithHealthchecks, prev *metav1.Conditio
 		return false
 	}
 	switch prev.Reason {
-	case ReasonServiceRejected, ReasonForbidden, ReasonServiceConflict:
+	case swhv1alpha1.ReasonServiceRejected, swhv1alpha1.ReasonForbidden, swhv1alpha1.ReasonServiceNotOwned:
 		return false
 	}
 	return true
@@ -288,32 +288,32 @@ func specApplied(swh *swhv1alpha1.ServiceWithHealthchecks, prev *metav1.Conditio
 // stay visible, and so does a label that hides the Service from kube-proxy.
 func (r *Reconciler) synced(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, cond metav1.Condition, removedSelector string) metav1.Condition {
 	if removedSelector != "" {
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonSelectorRemoved
+		cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonSelectorRemoved
 		cond.Message = fmt.Sprintf("removed the selector %s someone set on the Service; deleting the built-in controller's EndpointSlices, which publish pods by readiness", removedSelector)
 		return cond
 	}
 	if prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced); prev != nil &&
-		(prev.Reason == ReasonAdopting || prev.Reason == ReasonSelectorRemoved) {
+		(prev.Reason == swhv1alpha1.ReasonAdopting || prev.Reason == swhv1alpha1.ReasonSelectorRemoved) {
 		return *prev
 	}
 	if note := proxyLabelDrift(swh, svc, r.FieldOwner); note != "" {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonServiceDrifted, note
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, swhv1alpha1.ReasonServiceDrifted, note
 		return cond
 	}
-	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonServiceSynced
+	cond.Status, cond.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonSynced
 	cond.Message = fmt.Sprintf("Service %s matches the spec", svc.Name)
 	return cond
 }
 
 func (r *Reconciler) rejected(cond metav1.Condition, err error) metav1.Condition {
-	cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceRejected
+	cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonServiceRejected
 	cond.Message = fmt.Sprintf("the API server refused the Service: %v", err)
 	return cond
 }
 
 // forbidden reports a write that RBAC or an admission plugin refused.
 func (r *Reconciler) forbidden(cond metav1.Condition, err error) metav1.Condition {
-	cond.Status, cond.Reason = metav1.ConditionFalse, ReasonForbidden
+	cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonForbidden
 	cond.Message = fmt.Sprintf("the API server forbade a write of the controller (see its RBAC; retried every %s and on changes): %v", forbiddenRetry, err)
 	return cond
 }
@@ -377,7 +377,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWi
 		r.Metrics.statusWrite(writeResult(err))
 		if apierrors.IsForbidden(err) {
 			// No condition can say it: the event does.
-			r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonForbidden, "WriteStatus", "%s",
+			r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, swhv1alpha1.ReasonForbidden, "WriteStatus", "%s",
 				eventNote(fmt.Sprintf("the API server forbade writing the status (see the controller's RBAC): %v", err)))
 		}
 		return ctrl.Result{}, fmt.Errorf("writing the status of %s/%s: %w", swh.Namespace, swh.Name, err)
@@ -390,7 +390,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWi
 // eventOnTransition emits an event when the ServiceSynced condition changes.
 func (r *Reconciler) eventOnTransition(swh *swhv1alpha1.ServiceWithHealthchecks, cond metav1.Condition) {
 	prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
-	if (prev != nil && prev.Reason == cond.Reason && prev.Message == cond.Message) || cond.Reason == ReasonSelectorRemoved {
+	if (prev != nil && prev.Reason == cond.Reason && prev.Message == cond.Message) || cond.Reason == swhv1alpha1.ReasonSelectorRemoved {
 		return // ServiceDriftReverted told the removal
 	}
 	kind := corev1.EventTypeNormal

@@ -84,7 +84,7 @@ func (r *Reconciler) putBack(ctx context.Context, swh *swhv1alpha1.ServiceWithHe
 	case apierrors.IsForbidden(err):
 		return putBackResult{done: true, state: serviceState{svc: svc, cond: r.forbidden(cond, err)}}, nil
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonServiceDrifted
+		cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonServiceDrifted
 		cond.Message = fmt.Sprintf("someone changed the child Service (%s) and the API server refused to put it back: %v", d, err)
 		return putBackResult{done: true, state: serviceState{svc: svc, cond: cond}}, nil
 	case err != nil:
@@ -119,7 +119,7 @@ func (r *Reconciler) putBack(ctx context.Context, swh *swhv1alpha1.ServiceWithHe
 // on the Service: held or deferred. cond is what the pass found otherwise;
 // a condition other than Synced or ServiceDrifted says more and is kept.
 func drifting(cond metav1.Condition, pb putBackResult) metav1.Condition {
-	if cond.Reason != ReasonServiceSynced && cond.Reason != ReasonServiceDrifted {
+	if cond.Reason != swhv1alpha1.ReasonSynced && cond.Reason != swhv1alpha1.ReasonServiceDrifted {
 		return cond
 	}
 	var notes []string
@@ -134,10 +134,10 @@ func drifting(cond metav1.Condition, pb putBackResult) metav1.Condition {
 	if len(notes) == 0 {
 		return cond
 	}
-	if cond.Reason == ReasonServiceDrifted {
+	if cond.Reason == swhv1alpha1.ReasonServiceDrifted {
 		notes = append(notes, cond.Message)
 	}
-	cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ReasonServiceDrifted, strings.Join(notes, ". ")
+	cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, swhv1alpha1.ReasonServiceDrifted, strings.Join(notes, ". ")
 	return cond
 }
 

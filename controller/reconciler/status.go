@@ -13,21 +13,10 @@ import (
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
 
-// Condition reasons.
-const (
-	ReasonServiceSynced         = "Synced"
-	ReasonServiceConflict       = "ServiceNotOwned"
-	ReasonServiceRejected       = "ServiceRejected"
-	ReasonAdopting              = "Adopting"
-	ReasonForbidden             = "Forbidden"
-	ReasonServiceDrifted        = "ServiceDrifted"
-	ReasonSelectorRemoved       = "SelectorRemoved"
-	ReasonServiceDriftReverted  = "ServiceDriftReverted" // an event only
-	ReasonEndpointsReady        = "EndpointsReady"
-	ReasonSomeEndpointsNotReady = "SomeEndpointsNotReady"
-	ReasonNoReadyEndpoints      = "NoReadyEndpoints"
-	ReasonNoEndpoints           = "NoEndpoints"
-)
+// ReasonServiceDriftReverted is the reason of the event that tells what the
+// controller put back on a child Service someone else changed; no condition
+// has it. The conditions' reasons are the API's (swhv1alpha1.Reason*).
+const ReasonServiceDriftReverted = "ServiceDriftReverted"
 
 // endpointKey identifies a pod in slices: its UID when the agent set a
 // target reference, else its address.
@@ -131,14 +120,14 @@ func endpointsCondition(swh *swhv1alpha1.ServiceWithHealthchecks, st swhv1alpha1
 	}
 	switch {
 	case st.TotalEndpoints == 0:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonNoEndpoints, "no pod is published yet"
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, swhv1alpha1.ReasonNoEndpoints, "no pod is published yet"
 	case !anyReady:
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonNoReadyEndpoints, fmt.Sprintf("none of %d pods passes its probes", st.TotalEndpoints)
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, swhv1alpha1.ReasonNoReadyEndpoints, fmt.Sprintf("none of %d pods passes its probes", st.TotalEndpoints)
 	case st.ReadyEndpoints < st.TotalEndpoints:
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonSomeEndpointsNotReady
+		c.Status, c.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonSomeEndpointsNotReady
 		c.Message = fmt.Sprintf("%d of %d pods ready on every port", st.ReadyEndpoints, st.TotalEndpoints)
 	default:
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonEndpointsReady
+		c.Status, c.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonEndpointsReady
 		c.Message = fmt.Sprintf("all %d pods ready", st.TotalEndpoints)
 	}
 	return c

@@ -54,7 +54,7 @@ func TestEndpointsCarryNodeAndZone(t *testing.T) {
 		if s.Labels[discoveryv1.LabelServiceName] != "loc" || s.Labels[discoveryv1.LabelManagedBy] != "agent.network.swh.dev" {
 			t.Errorf("%s labels %v", s.Name, s.Labels)
 		}
-		if s.Annotations["endpoints.kubernetes.io/last-change-trigger-time"] == "" {
+		if s.Annotations[corev1.EndpointsLastChangeTriggerTime] == "" {
 			t.Errorf("%s has no last-change-trigger-time", s.Name)
 		}
 	}

@@ -23,7 +23,6 @@ import (
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/access"
 	"github.com/swh-dev/swh/controller/app"
-	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -204,7 +203,7 @@ func waitForbiddenOrConflict(t *testing.T, ctx context.Context, ns, name string)
 		if err != nil {
 			return err
 		}
-		if c.Reason != reconciler.ReasonServiceConflict {
+		if c.Reason != swhv1alpha1.ReasonServiceNotOwned {
 			return fmt.Errorf("condition %+v", c)
 		}
 		return nil

@@ -18,7 +18,6 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/app"
-	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -89,10 +88,10 @@ func TestConflictingServiceIsLeftAlone(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Status != metav1.ConditionFalse || c.Reason != reconciler.ReasonServiceConflict {
+		if c.Status != metav1.ConditionFalse || c.Reason != swhv1alpha1.ReasonServiceNotOwned {
 			return fmt.Errorf("condition %+v", c)
 		}
-		return hasEvent(ctx, ns, "legacy", reconciler.ReasonServiceConflict)
+		return hasEvent(ctx, ns, "legacy", swhv1alpha1.ReasonServiceNotOwned)
 	})
 	got, err := getService(ctx, ns, "legacy")
 	if err != nil {
@@ -141,8 +140,8 @@ func TestAdoptionKeepsClusterIPAndWaitsForAgentSlices(t *testing.T) {
 		t.Fatalf("the built-in slice went before agent slices existed (traffic would drop): %v", err)
 	}
 	c, err := condition(t, ctx, ns, "shop")()
-	if err != nil || c.Reason != reconciler.ReasonAdopting {
-		t.Fatalf("condition %+v (%v), want reason %s while waiting", c, err, reconciler.ReasonAdopting)
+	if err != nil || c.Reason != swhv1alpha1.ReasonAdopting {
+		t.Fatalf("condition %+v (%v), want reason %s while waiting", c, err, swhv1alpha1.ReasonAdopting)
 	}
 	// The agent publishes: now the old slice goes.
 	node := "adopt-node-" + ns
@@ -159,7 +158,7 @@ func TestAdoptionKeepsClusterIPAndWaitsForAgentSlices(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Reason != reconciler.ReasonServiceSynced {
+		if c.Reason != swhv1alpha1.ReasonSynced {
 			return fmt.Errorf("condition %+v", c)
 		}
 		return nil
@@ -210,10 +209,10 @@ func TestImmutableFieldChangeIsReported(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Status != metav1.ConditionFalse || c.Reason != reconciler.ReasonServiceRejected || !strings.Contains(c.Message, "clusterIP") {
+		if c.Status != metav1.ConditionFalse || c.Reason != swhv1alpha1.ReasonServiceRejected || !strings.Contains(c.Message, "clusterIP") {
 			return fmt.Errorf("condition %+v", c)
 		}
-		return hasEvent(ctx, ns, "fixed", reconciler.ReasonServiceRejected)
+		return hasEvent(ctx, ns, "fixed", swhv1alpha1.ReasonServiceRejected)
 	})
 	// No hot retry loop: the failed apply is not repeated while nothing changes.
 	failures := c.counter(t, "swh_controller_service_writes_total", map[string]string{"result": "error"})

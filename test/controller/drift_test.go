@@ -55,7 +55,7 @@ func waitSynced(t *testing.T, ctx context.Context, ns, name string) {
 		if err != nil {
 			return err
 		}
-		if c.Status != metav1.ConditionTrue || c.Reason != reconciler.ReasonServiceSynced || c.ObservedGeneration != getResource(t, ctx, ns, name).Generation {
+		if c.Status != metav1.ConditionTrue || c.Reason != swhv1alpha1.ReasonSynced || c.ObservedGeneration != getResource(t, ctx, ns, name).Generation {
 			return fmt.Errorf("condition %+v", c)
 		}
 		return nil
@@ -151,7 +151,7 @@ func TestForeignSelectorIsRemoved(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if cond.Status != metav1.ConditionTrue || cond.Reason != reconciler.ReasonServiceSynced || cond.LastTransitionTime.Before(&edited) {
+		if cond.Status != metav1.ConditionTrue || cond.Reason != swhv1alpha1.ReasonSynced || cond.LastTransitionTime.Before(&edited) {
 			return fmt.Errorf("condition %+v", cond)
 		}
 		return nil
@@ -284,10 +284,10 @@ func TestProxyLabelIsReported(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Status != metav1.ConditionFalse || c.Reason != reconciler.ReasonServiceDrifted || !strings.Contains(c.Message, label) || !strings.Contains(c.Message, editor) {
+		if c.Status != metav1.ConditionFalse || c.Reason != swhv1alpha1.ReasonServiceDrifted || !strings.Contains(c.Message, label) || !strings.Contains(c.Message, editor) {
 			return fmt.Errorf("condition %+v", c)
 		}
-		return hasEvent(ctx, ns, "edge", reconciler.ReasonServiceDrifted)
+		return hasEvent(ctx, ns, "edge", swhv1alpha1.ReasonServiceDrifted)
 	})
 	time.Sleep(2 * time.Second)
 	svc, err := getService(ctx, ns, "edge")

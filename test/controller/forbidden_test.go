@@ -21,7 +21,6 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/app"
-	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -110,10 +109,10 @@ func waitForbidden(t *testing.T, ctx context.Context, ns, name, want string) {
 		if err != nil {
 			return err
 		}
-		if c.Status != metav1.ConditionFalse || c.Reason != reconciler.ReasonForbidden || !strings.Contains(c.Message, want) {
+		if c.Status != metav1.ConditionFalse || c.Reason != swhv1alpha1.ReasonForbidden || !strings.Contains(c.Message, want) {
 			return fmt.Errorf("condition %+v", c)
 		}
-		return hasEvent(ctx, ns, name, reconciler.ReasonForbidden)
+		return hasEvent(ctx, ns, name, swhv1alpha1.ReasonForbidden)
 	})
 }
 

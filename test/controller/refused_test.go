@@ -18,7 +18,6 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/app"
-	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -99,7 +98,7 @@ func TestRefusedSpecKeepsSlices(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Reason != reconciler.ReasonServiceSynced || getResource(t, ctx, ns, "pay").Status.Ready != "1/1" {
+		if c.Reason != swhv1alpha1.ReasonSynced || getResource(t, ctx, ns, "pay").Status.Ready != "1/1" {
 			return fmt.Errorf("condition %+v, ready %q", c, getResource(t, ctx, ns, "pay").Status.Ready)
 		}
 		return nil
@@ -115,7 +114,7 @@ func TestRefusedSpecKeepsSlices(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Status != metav1.ConditionFalse || c.Reason != reconciler.ReasonServiceRejected || c.ObservedGeneration != getResource(t, ctx, ns, "pay").Generation {
+		if c.Status != metav1.ConditionFalse || c.Reason != swhv1alpha1.ReasonServiceRejected || c.ObservedGeneration != getResource(t, ctx, ns, "pay").Generation {
 			return fmt.Errorf("condition %+v", c)
 		}
 		return nil
@@ -157,7 +156,7 @@ func TestRefusedSpecKeepsSlices(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Reason != reconciler.ReasonServiceSynced {
+		if c.Reason != swhv1alpha1.ReasonSynced {
 			return fmt.Errorf("condition %+v", c)
 		}
 		for _, s := range []*discoveryv1.EndpointSlice{v4, v6} {

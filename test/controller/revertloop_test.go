@@ -14,8 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/app"
-	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -42,10 +42,10 @@ func waitDrifted(t *testing.T, ctx context.Context, ns, name, field string) {
 		if err != nil {
 			return err
 		}
-		if c.Status != metav1.ConditionFalse || c.Reason != reconciler.ReasonServiceDrifted || !strings.Contains(c.Message, field) {
+		if c.Status != metav1.ConditionFalse || c.Reason != swhv1alpha1.ReasonServiceDrifted || !strings.Contains(c.Message, field) {
 			return fmt.Errorf("condition %+v", c)
 		}
-		note, err := eventNote(ctx, ns, name, reconciler.ReasonServiceDrifted)
+		note, err := eventNote(ctx, ns, name, swhv1alpha1.ReasonServiceDrifted)
 		if err != nil {
 			return err
 		}

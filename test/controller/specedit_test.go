@@ -93,7 +93,7 @@ func TestRefusedEditKeepsEveryLivePort(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Reason != reconciler.ReasonServiceRejected || c.ObservedGeneration != getResource(t, ctx, ns, "shop").Generation {
+		if c.Reason != swhv1alpha1.ReasonServiceRejected || c.ObservedGeneration != getResource(t, ctx, ns, "shop").Generation {
 			return fmt.Errorf("condition %+v", c)
 		}
 		return nil

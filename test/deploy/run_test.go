@@ -25,7 +25,6 @@ import (
 	"github.com/swh-dev/swh/agent/publisher"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	controllerapp "github.com/swh-dev/swh/controller/app"
-	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -105,7 +104,7 @@ func TestControllerAsServiceAccount(t *testing.T) {
 				return err
 			}
 			cond := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
-			if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != reconciler.ReasonServiceSynced {
+			if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != swhv1alpha1.ReasonSynced {
 				return fmt.Errorf("condition %v", cond)
 			}
 			svc := &corev1.Service{}
