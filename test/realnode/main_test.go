@@ -79,6 +79,7 @@ func run(m *testing.M) int {
 	} else {
 		chartInstalled = time.Since(start)
 		fmt.Printf("chart installed (helm install --wait) in %s\n", chartInstalled.Round(100*time.Millisecond))
+		fmt.Println("footprint:", realnode.Footprint())
 		code = m.Run()
 	}
 	start = time.Now()
