@@ -170,10 +170,17 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 			return serviceState{svc: svc, cond: cond}, nil
 		}
 		if err := r.removeSelector(ctx, svc); err != nil {
-			if apierrors.IsForbidden(err) {
+			// Only a refusal is a condition: anything else may pass, and
+			// a status saying "refused" would not be retried.
+			switch {
+			case apierrors.IsForbidden(err):
 				return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
+			case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+				return serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
+			case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+				return serviceState{retry: true}, nil // the cache was behind
 			}
-			return serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
+			return serviceState{}, err
 		}
 		adopting = true
 	}
