@@ -86,13 +86,17 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &publisher.Publisher{
-		Client:   mgr.GetClient(),
-		NodeName: opts.NodeName,
-		Recorder: mgr.GetEventRecorder("swh-agent"),
-		Metrics:  m,
+	p, err := publisher.New(opts.NodeName, opts.Publisher, publisher.Deps{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("swh-agent"),
+		Metrics:   m,
+		Logger:    mgr.GetLogger(),
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := p.SetupWithManager(mgr, opts.Publisher); err != nil {
+	if err := p.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the publisher: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {

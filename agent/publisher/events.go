@@ -147,22 +147,22 @@ func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.Serv
 	for _, n := range news {
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: swh.Namespace, Name: n.pod.name, UID: n.pod.uid}
 		if len(n.ready) > 0 {
-			note := fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.NodeName, portClause(n.ready, ""))
+			note := fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.nodeName, portClause(n.ready, ""))
 			logger.Info("endpoint ready", "pod", n.pod.name, "note", note)
 			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, "EndpointReady"), readyAction(n.ready))
-			p.Recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointReady", action, "%s", eventNote(note))
+			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointReady", action, "%s", eventNote(note))
 		}
 		if len(n.notReady) == 0 {
 			continue
 		}
-		note := fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.NodeName, notReadyClauses(n.notReady))
+		note := fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.nodeName, notReadyClauses(n.notReady))
 		logger.Info("endpoint not ready", "pod", n.pod.name, "note", note)
 		if n.warning() {
 			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeWarning, "EndpointNotReady"), notReadyAction(n.notReady))
-			p.Recorder.Eventf(swh, related, corev1.EventTypeWarning, "EndpointNotReady", action, "%s", eventNote(note))
+			p.recorder.Eventf(swh, related, corev1.EventTypeWarning, "EndpointNotReady", action, "%s", eventNote(note))
 		} else {
 			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, "EndpointNotReady"), notReadyAction(n.notReady))
-			p.Recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointNotReady", action, "%s", eventNote(note))
+			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointNotReady", action, "%s", eventNote(note))
 		}
 	}
 }
@@ -175,7 +175,7 @@ func (p *Publisher) reportCollisions(swh *swhv1alpha1.ServiceWithHealthchecks, c
 	for _, c := range p.book.newCollisions(resource, collisions) {
 		holder := &corev1.ObjectReference{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1", Namespace: swh.Namespace, Name: c.Name}
 		action := p.book.seriesAction(eventKey(swh, holder, corev1.EventTypeWarning, "SliceNameTaken"), "PublishEndpoints")
-		p.Recorder.Eventf(swh, holder, corev1.EventTypeWarning, "SliceNameTaken", action, "%s", eventNote(c.String()))
+		p.recorder.Eventf(swh, holder, corev1.EventTypeWarning, "SliceNameTaken", action, "%s", eventNote(c.String()))
 	}
 }
 

@@ -32,28 +32,34 @@ func planOptions() endpoints.Options {
 
 // Publisher probes the pods of one node and publishes their EndpointSlices.
 // It is a controller-runtime reconciler of ServiceWithHealthchecks keys.
+// New builds one; SetupWithManager registers it.
 type Publisher struct {
-	// Client reads from the manager's cache (pods and slices of this node
+	// client reads from the manager's cache (pods and slices of this node
 	// only) and writes slices.
-	Client client.Client
-	// NodeName is the exact name of this node's Node object.
-	NodeName string
-	// Recorder emits events on the resources.
-	Recorder events.EventRecorder
-	// Metrics may be nil.
-	Metrics *Metrics
-
+	client client.Client
 	// reader reads from the API server, for slices the cache does not hold.
-	reader    client.Reader
+	reader client.Reader
+	// recorder emits events on the resources.
+	recorder events.EventRecorder
+	// metrics may be nil.
+	metrics *Metrics
+	// nodeName is the exact name of this node's Node object.
+	nodeName string
+	// skipNameValidation is Options.SkipNameValidation, for SetupWithManager.
+	skipNameValidation bool
+
 	taken     *takenNames
 	scheduler *probes.Scheduler[targetKey]
 	state     *state
 	factory   *proberFactory
 	// book remembers what events told.
 	book eventBook
-	// notify asks for a reconcile of a resource after a verdict flipped.
-	notify func(types.NamespacedName)
+	// flips carries verdict flips to the controller's queue.
+	flips *flipQueue
 }
+
+// notify asks for a reconcile of a resource after a verdict flipped.
+func (p *Publisher) notify(key types.NamespacedName) { p.flips.add(key) }
 
 // Reconcile brings the targets of one resource in line with its spec and
 // the pods of the node, then writes the slices that changed: read what
@@ -99,7 +105,7 @@ type resourceView struct {
 // targets are then stopped).
 func (p *Publisher) read(ctx context.Context, key types.NamespacedName) (*resourceView, error) {
 	swh := &swhv1alpha1.ServiceWithHealthchecks{}
-	if err := p.Client.Get(ctx, key, swh); err != nil {
+	if err := p.client.Get(ctx, key, swh); err != nil {
 		if apierrors.IsNotFound(err) {
 			// The garbage collector removes the slices with the Service.
 			p.taken.forget(key)
@@ -110,7 +116,7 @@ func (p *Publisher) read(ctx context.Context, key types.NamespacedName) (*resour
 		return nil, fmt.Errorf("reading %s: %w", key, err)
 	}
 	svc := &corev1.Service{}
-	if err := p.Client.Get(ctx, key, svc); err != nil && !apierrors.IsNotFound(err) {
+	if err := p.client.Get(ctx, key, svc); err != nil && !apierrors.IsNotFound(err) {
 		// A failed read says nothing about the Service: keep probing.
 		return nil, fmt.Errorf("reading the Service of %s: %w", key, err)
 	} else if err != nil || !controlledBy(svc, swh) {
@@ -120,8 +126,8 @@ func (p *Publisher) read(ctx context.Context, key types.NamespacedName) (*resour
 		return nil, nil
 	}
 	view := &resourceView{key: key, swh: swh, node: &corev1.Node{}, service: endpoints.ServiceFrom(svc)}
-	if err := p.Client.Get(ctx, types.NamespacedName{Name: p.NodeName}, view.node); err != nil {
-		return nil, fmt.Errorf("reading node %s: %w", p.NodeName, err)
+	if err := p.client.Get(ctx, types.NamespacedName{Name: p.nodeName}, view.node); err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", p.nodeName, err)
 	}
 	var err error
 	if view.pods, err = p.selectedPods(ctx, swh); err != nil {
@@ -169,7 +175,7 @@ func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notRe
 			switch {
 			case nodeNotReady && ports[i].Port != 0:
 				ports[i].Passing = false
-				why.set(pod.UID, view.portNames[i], nodeNotReadyCause(p.NodeName))
+				why.set(pod.UID, view.portNames[i], nodeNotReadyCause(p.nodeName))
 			case !ports[i].Passing || pod.DeletionTimestamp != nil:
 				why.set(pod.UID, view.portNames[i], explainNotReady(pod, gate, passing, last, view.labels))
 			}
@@ -191,7 +197,7 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 	if err := annotateReasons(desired, view.existing, why, time.Now()); err != nil {
 		return fmt.Errorf("the reasons of %s: %w", view.key, err)
 	}
-	scope := endpoints.Scope{Namespace: view.key.Namespace, Service: view.key.Name, Node: p.NodeName}
+	scope := endpoints.Scope{Namespace: view.key.Namespace, Service: view.key.Name, Node: p.nodeName}
 	changes, err := endpoints.Plan(scope, view.existing, desired, planOptions())
 	if err != nil {
 		return fmt.Errorf("planning the slices of %s: %w", view.key, err)
@@ -211,7 +217,7 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 			return err
 		}
 		if hadChange {
-			p.Metrics.observeDelay(time.Since(changedAt))
+			p.metrics.observeDelay(time.Since(changedAt))
 		}
 	}
 	p.reportTransitions(ctx, view.swh, view.existing, desired, why)
@@ -225,14 +231,14 @@ func (p *Publisher) selectedPods(ctx context.Context, swh *swhv1alpha1.ServiceWi
 		return nil, nil
 	}
 	list := &corev1.PodList{}
-	if err := p.Client.List(ctx, list, client.InNamespace(swh.Namespace),
+	if err := p.client.List(ctx, list, client.InNamespace(swh.Namespace),
 		client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(swh.Spec.Selector)}); err != nil {
 		return nil, fmt.Errorf("listing the pods of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	out := make([]*corev1.Pod, 0, len(list.Items))
 	for i := range list.Items {
 		pod := &list.Items[i]
-		if pod.Spec.NodeName != p.NodeName || pod.Status.PodIP == "" ||
+		if pod.Spec.NodeName != p.nodeName || pod.Status.PodIP == "" ||
 			pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
@@ -244,9 +250,9 @@ func (p *Publisher) selectedPods(ctx context.Context, swh *swhv1alpha1.ServiceWi
 // ownSlices lists this node's slices of the resource from the cache.
 func (p *Publisher) ownSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) ([]discoveryv1.EndpointSlice, error) {
 	list := &discoveryv1.EndpointSliceList{}
-	if err := p.Client.List(ctx, list, client.InNamespace(swh.Namespace), client.MatchingLabels{
+	if err := p.client.List(ctx, list, client.InNamespace(swh.Namespace), client.MatchingLabels{
 		discoveryv1.LabelServiceName: swh.Name,
-		endpoints.DefaultNodeLabel:   endpoints.NodeLabelValue(p.NodeName),
+		endpoints.DefaultNodeLabel:   endpoints.NodeLabelValue(p.nodeName),
 	}); err != nil {
 		return nil, fmt.Errorf("listing the slices of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
@@ -283,8 +289,8 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 	for i := range changes.Create {
 		s := &changes.Create[i]
 		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
-		err := retry(ctx, func() error { return p.Client.Create(ctx, s) })
-		p.Metrics.sliceWrite("create", err)
+		err := retry(ctx, func() error { return p.client.Create(ctx, s) })
+		p.metrics.sliceWrite("create", err)
 		if apierrors.IsAlreadyExists(err) {
 			p.taken.add(resource, s.Name)
 		}
@@ -295,8 +301,8 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 	for i := range changes.Update {
 		s := &changes.Update[i]
 		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
-		err := retry(ctx, func() error { return p.Client.Update(ctx, s) })
-		p.Metrics.sliceWrite("update", err)
+		err := retry(ctx, func() error { return p.client.Update(ctx, s) })
+		p.metrics.sliceWrite("update", err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("updating slice %s/%s: %w", s.Namespace, s.Name, err))
 		}
@@ -304,12 +310,12 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 	for i := range changes.Delete {
 		s := &changes.Delete[i]
 		err := retry(ctx, func() error {
-			return p.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+			return p.client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
 		})
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
-		p.Metrics.sliceWrite("delete", err)
+		p.metrics.sliceWrite("delete", err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("deleting slice %s/%s: %w", s.Namespace, s.Name, err))
 		}

@@ -2,15 +2,18 @@ package publisher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -49,57 +52,89 @@ type Options struct {
 	UserAgent string
 }
 
-// SetupWithManager creates the probe scheduler, registers it with the
-// manager and the publisher's controller with its watches.
-func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
+// Deps are what a Publisher reads, writes and reports through. Metrics
+// and Logger are optional; the others are required.
+type Deps struct {
+	// Client reads from a cache (the resources, their Services, the
+	// node's pods and slices, its Node) and writes slices.
+	Client client.Client
+	// APIReader reads from the API server: Secrets, and the slices the
+	// cache does not hold (a holder of a taken name, the built-in
+	// controller's slices of an adopted Service).
+	APIReader client.Reader
+	// Recorder emits events on the resources.
+	Recorder events.EventRecorder
+	// Metrics counts probes and writes; nil counts nothing.
+	Metrics *Metrics
+	// Logger logs what happens outside a reconcile (Secret reads); the
+	// zero Logger discards.
+	Logger logr.Logger
+}
+
+// New builds the Publisher of node nodeName (the exact name of its Node
+// object): its probe scheduler, its target state and its probers. It
+// probes nothing until SetupWithManager registers it and the manager runs.
+func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
+	var problems []error
+	if nodeName == "" {
+		problems = append(problems, errors.New("the node name is required"))
+	}
+	if deps.Client == nil {
+		problems = append(problems, errors.New("Deps.Client is required"))
+	}
+	if deps.APIReader == nil {
+		problems = append(problems, errors.New("Deps.APIReader is required"))
+	}
+	if deps.Recorder == nil {
+		problems = append(problems, errors.New("Deps.Recorder is required"))
+	}
+	if opts.Coalesce < 0 {
+		problems = append(problems, fmt.Errorf("Options.Coalesce %s is negative", opts.Coalesce))
+	}
+	if opts.SecretTTL < 0 {
+		problems = append(problems, fmt.Errorf("Options.SecretTTL %s is negative", opts.SecretTTL))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return nil, fmt.Errorf("building the publisher: %w", err)
+	}
 	if opts.Coalesce == 0 {
 		opts.Coalesce = 30 * time.Millisecond
 	}
 	if opts.SecretTTL == 0 {
 		opts.SecretTTL = 30 * time.Second
 	}
-	p.state = newState()
-	p.taken = newTakenNames()
-	p.reader = mgr.GetAPIReader()
-	secrets := newSecretCache(mgr.GetAPIReader(), opts.SecretTTL, mgr.GetLogger().WithName("secrets"), p.Metrics)
+	if opts.UserAgent == "" {
+		opts.UserAgent = version.UserAgent()
+	}
+	p := &Publisher{
+		client:             deps.Client,
+		reader:             deps.APIReader,
+		recorder:           deps.Recorder,
+		metrics:            deps.Metrics,
+		nodeName:           nodeName,
+		skipNameValidation: opts.SkipNameValidation,
+		state:              newState(),
+		taken:              newTakenNames(),
+		flips:              &flipQueue{delay: opts.Coalesce},
+	}
+	secrets := newSecretCache(deps.APIReader, opts.SecretTTL, deps.Logger.WithName("secrets"), deps.Metrics)
 	secrets.onTLSModeChange = p.secretTLSModeChanged
 	p.factory = newProberFactory(secrets)
 	p.factory.userAgent = opts.UserAgent
-	if p.factory.userAgent == "" {
-		p.factory.userAgent = version.UserAgent()
-	}
 	// The publisher places each job itself (see phaseOf): no random jitter.
 	sched, err := probes.NewScheduler(probes.SchedulerOptions[targetKey]{OnResult: p.onResult, MaxConcurrent: opts.MaxConcurrentProbes, NoJitter: true})
 	if err != nil {
-		return fmt.Errorf("creating the probe scheduler: %w", err)
+		return nil, fmt.Errorf("building the publisher: the probe scheduler: %w", err)
 	}
 	p.scheduler = sched
-	if err := mgr.Add(manager.RunnableFunc(sched.Run)); err != nil {
-		return fmt.Errorf("adding the probe scheduler: %w", err)
-	}
+	return p, nil
+}
 
-	// Verdict flips come from probe goroutines. They go straight into the
-	// controller's queue, delayed by the coalescing window (repeats of one
-	// resource merge there). Adding to a workqueue never blocks, so a probe
-	// goroutine cannot stall the scheduler, even after the controller has
-	// stopped; before the source starts no target exists, so nothing is lost.
-	var (
-		queueMu sync.Mutex
-		queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
-	)
-	flips := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		queueMu.Lock()
-		defer queueMu.Unlock()
-		queue = q
-		return nil
-	})
-	p.notify = func(key types.NamespacedName) {
-		queueMu.Lock()
-		q := queue
-		queueMu.Unlock()
-		if q != nil {
-			q.AddAfter(reconcile.Request{NamespacedName: key}, opts.Coalesce)
-		}
+// SetupWithManager registers the publisher with the manager: its probe
+// scheduler as a runnable, and its controller with its watches.
+func (p *Publisher) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.Add(manager.RunnableFunc(p.scheduler.Run)); err != nil {
+		return fmt.Errorf("adding the probe scheduler: %w", err)
 	}
 	bySliceOwner := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name := obj.GetLabels()[discoveryv1.LabelServiceName]
@@ -119,8 +154,8 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](5*time.Millisecond, maxRetryDelay),
 		&workqueue.TypedBucketRateLimiter[reconcile.Request]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
 	)}
-	if opts.SkipNameValidation {
-		copts.SkipNameValidation = &opts.SkipNameValidation
+	if p.skipNameValidation {
+		copts.SkipNameValidation = &p.skipNameValidation
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("publisher").
@@ -129,9 +164,43 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 		Watches(&discoveryv1.EndpointSlice{}, bySliceOwner).
 		Watches(&corev1.Service{}, sameName).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(p.allResources)).
-		WatchesRawSource(flips).
+		WatchesRawSource(p.flips.source()).
 		WithOptions(copts).
 		Complete(p)
+}
+
+// flipQueue hands the resources whose verdicts flipped, from the probe
+// goroutines, straight to the controller's queue, delayed by the
+// coalescing window (repeats of one resource merge there). Adding to a
+// workqueue never blocks, so a probe goroutine cannot stall the scheduler,
+// even after the controller has stopped; before the controller starts its
+// sources no target exists, so nothing is lost.
+type flipQueue struct {
+	delay time.Duration
+	mu    sync.Mutex
+	queue workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+// source is the controller's source of flips: starting it hands over the
+// queue.
+func (f *flipQueue) source() source.TypedSource[reconcile.Request] {
+	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.queue = q
+		return nil
+	})
+}
+
+// add asks for a reconcile of a resource after the coalescing window; it
+// does nothing before the controller started.
+func (f *flipQueue) add(key types.NamespacedName) {
+	f.mu.Lock()
+	q := f.queue
+	f.mu.Unlock()
+	if q != nil {
+		q.AddAfter(reconcile.Request{NamespacedName: key}, f.delay)
+	}
 }
 
 // resourcesSelecting maps a pod to the resources of its namespace whose
@@ -139,7 +208,7 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager, opts Options) error {
 // the new pod, so a pod leaving a selector is seen too).
 func (p *Publisher) resourcesSelecting(ctx context.Context, obj client.Object) []reconcile.Request {
 	list := &swhv1alpha1.ServiceWithHealthchecksList{}
-	if err := p.Client.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+	if err := p.client.List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing resources for a pod event")
 		return nil
 	}
@@ -156,7 +225,7 @@ func (p *Publisher) resourcesSelecting(ctx context.Context, obj client.Object) [
 // allResources maps a change of the node (its zone) to every resource.
 func (p *Publisher) allResources(ctx context.Context, _ client.Object) []reconcile.Request {
 	list := &swhv1alpha1.ServiceWithHealthchecksList{}
-	if err := p.Client.List(ctx, list); err != nil {
+	if err := p.client.List(ctx, list); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing resources for a node event")
 		return nil
 	}

@@ -113,7 +113,7 @@ func (p *Publisher) syncTargets(set targetSet) error {
 		}
 	}
 	p.removeTargets(resource, want)
-	p.Metrics.setTargets(p.state.len())
+	p.metrics.setTargets(p.state.len())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("the probe targets of %s: %w", resource, err)
 	}
@@ -141,7 +141,7 @@ func (p *Publisher) removeTargets(resource types.NamespacedName, keep map[target
 	if keep == nil {
 		p.book.forgetResource(resource)
 	}
-	p.Metrics.setTargets(p.state.len())
+	p.metrics.setTargets(p.state.len())
 }
 
 // onResult runs on the probe's goroutine for every result.
@@ -150,7 +150,7 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 	if !known {
 		return
 	}
-	p.Metrics.observeProbe(o.mode, r.Result)
+	p.metrics.observeProbe(o.mode, r.Result)
 	// Only a new reason can change what the book holds (a misconfigured
 	// probe's own reasons differ from every other): the hot path takes no
 	// lock.
@@ -167,12 +167,12 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 		}
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Key.Resource.Namespace, Name: o.pod, UID: r.Key.Pod}
 		action := p.book.seriesAction(eventKey(regarding, related, corev1.EventTypeWarning, "ProbeMisconfigured"), "Probe:"+string(r.Result.Reason))
-		p.Recorder.Eventf(regarding, related, corev1.EventTypeWarning, "ProbeMisconfigured", action, "%s",
-			eventNote(fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.NodeName, r.Result.Message)))
+		p.recorder.Eventf(regarding, related, corev1.EventTypeWarning, "ProbeMisconfigured", action, "%s",
+			eventNote(fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.nodeName, r.Result.Message)))
 	}
 	switch {
 	case o.flipped:
-		p.Metrics.transition()
+		p.metrics.transition()
 		p.notify(r.Key.Resource)
 	case o.newReason && r.Result.Status == probes.Failure:
 		// No verdict changed, but why a pod is not ready may have: the

@@ -97,7 +97,7 @@ func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.Ser
 		c := found[i]
 		log.FromContext(ctx).Info("tlsMode conflict: the spec's is used", "probe", i, "note", current[i])
 		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: c.secret.Namespace, Name: c.secret.Name}
-		p.Recorder.Eventf(swh, related, corev1.EventTypeWarning, "TLSModeConflict", c.action, "%s", eventNote(current[i]))
+		p.recorder.Eventf(swh, related, corev1.EventTypeWarning, "TLSModeConflict", c.action, "%s", eventNote(current[i]))
 	}
 }
 
@@ -124,7 +124,7 @@ func (p *Publisher) secretTLSModeChanged(secret types.NamespacedName) {
 	// The cache answers without the API server; the bound is for safety.
 	ctx, cancel := context.WithTimeout(context.Background(), secretReadTimeout)
 	defer cancel()
-	if err := p.Client.List(ctx, list, client.InNamespace(secret.Namespace)); err != nil {
+	if err := p.client.List(ctx, list, client.InNamespace(secret.Namespace)); err != nil {
 		p.factory.secrets.log.Error(err, "listing the resources that use a Secret", "secret", secret.String())
 		return
 	}

@@ -1,0 +1,55 @@
+package publisher
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+// TestNewValidates: New refuses what would fail later (a nil client, a
+// negative duration) and says every problem at once; defaults apply to
+// zero values.
+func TestNewValidates(t *testing.T) {
+	c := fake.NewClientBuilder().Build()
+	deps := Deps{Client: c, APIReader: c, Recorder: &events.FakeRecorder{}}
+	tests := []struct {
+		name string
+		node string
+		opts Options
+		deps Deps
+		want []string // parts of the error; none: no error
+	}{
+		{"defaults", testNode, Options{}, deps, nil},
+		{"no node", "", Options{}, deps, []string{"node name is required"}},
+		{"no clients", testNode, Options{}, Deps{Recorder: deps.Recorder}, []string{"Deps.Client is required", "Deps.APIReader is required"}},
+		{"no recorder", testNode, Options{}, Deps{Client: c, APIReader: c}, []string{"Deps.Recorder is required"}},
+		{"negative durations", testNode, Options{Coalesce: -time.Second, SecretTTL: -time.Second}, deps,
+			[]string{"Options.Coalesce -1s is negative", "Options.SecretTTL -1s is negative"}},
+		{"negative concurrency", testNode, Options{MaxConcurrentProbes: -1}, deps, []string{"probe scheduler", "negative"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := New(tt.node, tt.opts, tt.deps)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("New: %v", err)
+				}
+				if p.flips.delay != 30*time.Millisecond || p.factory.userAgent == "" || p.scheduler == nil {
+					t.Errorf("defaults not applied: coalesce %v, user agent %q", p.flips.delay, p.factory.userAgent)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("New accepted it")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
