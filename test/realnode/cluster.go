@@ -302,3 +302,17 @@ func (c *Cluster) WaitProgrammedWithout(ctx context.Context, addr string) error 
 	}
 	return nil
 }
+
+// PodLogs returns the last lines of the logs of the pods in namespace
+// whose names start with prefix, read from every node's /var/log/pods
+// (kubelet removes a deleted pod's folder after a while).
+func (c *Cluster) PodLogs(namespace, prefix string, lines int) string {
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		files, _ := filepath.Glob(filepath.Join(n.dir, "var", "log", "pods", namespace+"_"+prefix+"*", "*", "*.log"))
+		for _, f := range files {
+			fmt.Fprintf(&b, "--- %s %s:\n%s\n", n.Name, strings.TrimPrefix(f, filepath.Join(n.dir, "var", "log", "pods")+"/"), tail(f, lines))
+		}
+	}
+	return b.String()
+}

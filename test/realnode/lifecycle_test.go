@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,7 +55,8 @@ func TestAgentUpgradeUnderTraffic(t *testing.T) {
 	w := watchWithdrawals(ctx, t, s.ns, s.name)
 	ls := startLoops(ctx, s.url)
 	start := time.Now()
-	out, err := cluster.InstallChart(ctx, true, "controller.replicas=2", "agent.coalesce=40ms")
+	// A value no earlier run set, so that every agent is replaced.
+	out, err := cluster.InstallChart(ctx, true, "controller.replicas=2", fmt.Sprintf("agent.coalesce=%dms", 40+upgrades.Add(1)))
 	took := time.Since(start)
 	time.Sleep(2 * time.Second) // traffic after the last agent's start too
 	tally := ls.stop()
@@ -72,10 +74,14 @@ func TestAgentUpgradeUnderTraffic(t *testing.T) {
 		t.Fatal(werr)
 	}
 	if tally.Failed > 0 || len(withdrawn) > 0 {
-		t.Fatalf("during the agents' rollout: %s; passing endpoints withdrawn: %v", tally, withdrawn)
+		t.Fatalf("during the agents' rollout: %s; passing endpoints withdrawn: %v\nagents' logs:\n%s", tally, withdrawn,
+			cluster.PodLogs(realnode.ChartNamespace, "swh-agent-", 40))
 	}
 	report(t, "2 agent upgrade", tally, "helm upgrade --wait "+took.Round(100*time.Millisecond).String(), "0 endpoints withdrawn")
 }
+
+// upgrades counts the agent upgrades of the run (-count=N repeats them).
+var upgrades atomic.Int32
 
 // agentPods maps each node to the name of its agent pod.
 func agentPods(ctx context.Context, t testing.TB) map[string]string {
