@@ -3,6 +3,7 @@ package realnode_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/swh-dev/swh/test/e2e"
 	"github.com/swh-dev/swh/test/harness"
+	"github.com/swh-dev/swh/test/realnode"
 )
 
 // TestNodeFailure (scenario 5): one node's machine loses power (kubelet,
@@ -56,6 +58,14 @@ func TestNodeFailure(t *testing.T) {
 	for _, n := range clients {
 		ls = append(ls, e2e.StartLoop(ctx, e2e.HTTPGet(n.Client.NS, s.url)))
 	}
+	// When the controller's leader runs on the lost node, the withdrawal
+	// waits for the standby to take the Lease over (15 s by default).
+	leaderPod := strings.SplitN(leaseHolder(ctx, t), "_", 2)[0]
+	var leader corev1.Pod
+	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: leaderPod}, &leader); err != nil {
+		t.Fatal(err)
+	}
+	leaderWhere := "the controller's leader on " + leader.Spec.NodeName
 	start := time.Now()
 	victim.PowerOff()
 	t.Cleanup(func() {
@@ -130,7 +140,7 @@ func TestNodeFailure(t *testing.T) {
 		t.Fatalf("after %s came back: %s, want every request answered, by all of %v", victim.Name, final, podNames(restarted))
 	}
 	report(t, "5 node failure", after,
-		fmt.Sprintf("power off → endpoints withdrawn %s (node grace period %s; %s)", withdrawn.Round(100*time.Millisecond), "10s", readyCond),
+		fmt.Sprintf("power off → endpoints withdrawn %s (node grace period %s; %s; %s)", withdrawn.Round(100*time.Millisecond), "10s", readyCond, leaderWhere),
 		"until then "+during.String(),
 		"power on → back in service "+returned.Round(100*time.Millisecond).String(),
 		"then "+final.String())
