@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -185,14 +186,14 @@ func TestPlanUpdateKeepsMetadata(t *testing.T) {
 	existing.Labels["service.kubernetes.io/headless"] = ""
 	existing.Annotations = map[string]string{"note": "x"}
 	desired := desiredFor(t, "10.0.0.1")
-	desired[0].Annotations = map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": "t"}
+	desired[0].Annotations = map[string]string{corev1.EndpointsLastChangeTriggerTime: "t"}
 	ch, err := Plan(scope1, []discoveryv1.EndpointSlice{existing}, desired, Options{})
 	if err != nil || len(ch.Update) != 1 {
 		t.Fatalf("%+v, %v", ch, err)
 	}
 	u := ch.Update[0]
 	if u.ResourceVersion != "77" || u.UID != existing.UID || u.Labels["team"] != "a" || u.Annotations["note"] != "x" ||
-		u.Annotations["endpoints.kubernetes.io/last-change-trigger-time"] != "t" {
+		u.Annotations[corev1.EndpointsLastChangeTriggerTime] != "t" {
 		t.Errorf("metadata lost: %+v", u.ObjectMeta)
 	}
 	if _, ok := u.Labels["service.kubernetes.io/headless"]; ok {
