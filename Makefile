@@ -117,7 +117,7 @@ e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) ca
 realnode: images ## Real-node suite: the chart on real kubelet nodes under traffic (install, upgrade, failover, rollout, node failure).
 	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm
 	@cd test && go test -c -o $(BIN)/realnode.test ./realnode/
-	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=20m $(REALNODE_FLAGS)' $(BIN)/realnode.test
+	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=30m $(REALNODE_FLAGS)' $(BIN)/realnode.test
 
 # The same cluster: a plain Service fed by kubelet's readiness probe and a
 # resource with the same check, side by side on the same failures.
@@ -125,7 +125,7 @@ realnode: images ## Real-node suite: the chart on real kubelet nodes under traff
 bench-datapath: images ## Built-in readiness vs ours on real kubelets: failure → kube-proxy stops sending, and their ratio.
 	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm
 	@cd test && go test -c -o $(BIN)/realnode.test ./realnode/
-	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/realnode && exec "$$0" -test.run "^$$" -test.bench BenchmarkFailureReaction -test.benchtime 6x -test.timeout=20m' $(BIN)/realnode.test
+	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/realnode && exec "$$0" -test.run "^$$" -test.bench BenchmarkFailureReaction -test.benchtime 6x -test.timeout=30m' $(BIN)/realnode.test
 
 # The run happens in a private network namespace (hack/netns.sh): its load on
 # 127.0.0.1, and the TIME_WAIT sockets it counts, are its own.

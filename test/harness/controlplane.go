@@ -142,6 +142,13 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 			return nil, err
 		}
 	}
+	// envtest removes only a certificate folder it made itself.
+	removeCerts := func() error {
+		if caFile == "" {
+			return nil
+		}
+		return os.RemoveAll(filepath.Dir(caFile))
+	}
 	for name, value := range opts.ExtraAPIServerFlags {
 		apiServer.Configure().Set(name, value)
 	}
@@ -149,7 +156,7 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 	if err != nil {
 		// Start leaves the processes running when a later step (installing
 		// the CRD) fails.
-		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err), env.Stop())
+		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", binDir, err), env.Stop(), removeCerts())
 	}
 	cp := &ControlPlane{env: env, Config: cfg, Scheme: scheme, CAFile: caFile}
 	cp.Client, err = client.New(cfg, client.Options{Scheme: scheme})
@@ -401,11 +408,16 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 // servingCertificate signs kube-apiserver's serving certificate for
 // localhost, the listen address and opts.ServingNames into a certificate
 // folder envtest then uses as it is; it returns the CA's file.
-func servingCertificate(apiServer *envtest.APIServer, opts ControlPlaneOptions) (string, error) {
+func servingCertificate(apiServer *envtest.APIServer, opts ControlPlaneOptions) (_ string, err error) {
 	dir, err := os.MkdirTemp("", "swh-apiserver-certs-")
 	if err != nil {
 		return "", fmt.Errorf("creating the certificate folder: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
 	ca, err := NewCA("swh-test-apiserver-ca")
 	if err != nil {
 		return "", err

@@ -6,8 +6,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/swh-dev/swh/test/harness"
 )
 
 // cgroups creates each node's cgroup root (kubelet's cgroupRoot, under
@@ -21,6 +24,12 @@ type cgroups struct {
 	mounts []string
 	v2     bool
 	made   []string
+	// unified is the empty v2 mount of a hybrid layout, where runc and
+	// kubelet make folders too: removed and checked, never created.
+	unified string
+	// enabled are the controllers this process enabled in the v2 root's
+	// subtree_control, disabled again by removeAll.
+	enabled []string
 }
 
 const cgroupFS = "/sys/fs/cgroup"
@@ -37,7 +46,11 @@ func detectCgroups() (*cgroups, error) {
 	for _, e := range entries {
 		// Links such as cpu,cpuacct name a hierarchy listed under its own
 		// name too; "unified" is the empty v2 mount of a hybrid layout.
-		if !e.IsDir() || e.Name() == "unified" {
+		if e.IsDir() && e.Name() == "unified" {
+			cg.unified = filepath.Join(cgroupFS, e.Name())
+			continue
+		}
+		if !e.IsDir() {
 			continue
 		}
 		cg.mounts = append(cg.mounts, filepath.Join(cgroupFS, e.Name()))
@@ -68,11 +81,47 @@ func (cg *cgroups) create(name string) error {
 			}
 		}
 		if cg.v2 {
-			// Best effort: a controller the parent lacks is not ours to add.
-			for _, c := range []string{"cpuset", "cpu", "io", "memory", "pids", "hugetlb"} {
+			if err := cg.enableAtRoot(); err != nil {
+				return err
+			}
+			// Best effort: a controller the root lacks is not ours to add.
+			for _, c := range v2Controllers {
 				_ = os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0o644)
 			}
 		}
+	}
+	if cg.unified != "" {
+		cg.made = append(cg.made, filepath.Join(cg.unified, name))
+	}
+	return nil
+}
+
+// v2Controllers are those kubelet needs (cpuset, cpu, memory, pids) or uses.
+var v2Controllers = []string{"cpuset", "cpu", "io", "memory", "pids", "hugetlb"}
+
+// enableAtRoot enables at the v2 root the controllers kubelet needs that
+// the root offers but does not pass down (a machine whose PID 1 is not
+// systemd often passes none), and records them so removeAll undoes it.
+func (cg *cgroups) enableAtRoot() error {
+	offered, err := os.ReadFile(filepath.Join(cgroupFS, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("reading the root's cgroup controllers: %w", err)
+	}
+	on, err := os.ReadFile(filepath.Join(cgroupFS, "cgroup.subtree_control"))
+	if err != nil {
+		return fmt.Errorf("reading the root's cgroup subtree_control: %w", err)
+	}
+	for _, c := range v2Controllers {
+		if !slices.Contains(strings.Fields(string(offered)), c) || slices.Contains(strings.Fields(string(on)), c) {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(cgroupFS, "cgroup.subtree_control"), []byte("+"+c), 0o644); err != nil {
+			if c == "cpuset" || c == "cpu" || c == "memory" || c == "pids" {
+				return fmt.Errorf("%w: enabling the cgroup v2 controller %s at the root (kubelet needs it): %v", harness.ErrMissingDependency, c, err)
+			}
+			continue
+		}
+		cg.enabled = append(cg.enabled, c)
 	}
 	return nil
 }
@@ -96,7 +145,30 @@ func (cg *cgroups) removeAll() error {
 			}
 		}
 	}
+	if len(errs) == 0 {
+		// Undo at the root what create enabled (best effort: another
+		// cgroup may use a controller by now).
+		for _, c := range cg.enabled {
+			_ = os.WriteFile(filepath.Join(cgroupFS, "cgroup.subtree_control"), []byte("-"+c), 0o644)
+		}
+		cg.enabled = nil
+	}
 	return errors.Join(errs...)
+}
+
+// sweep removes the empty cgroups that earlier runs killed before their
+// cleanup left (prefix + "*" in every hierarchy); one with processes stays.
+func (cg *cgroups) sweep(prefix string) {
+	mounts := cg.mounts
+	if cg.unified != "" {
+		mounts = append(mounts, cg.unified)
+	}
+	var old []string
+	for _, m := range mounts {
+		found, _ := filepath.Glob(filepath.Join(m, prefix+"*"))
+		old = append(old, found...)
+	}
+	_ = (&cgroups{made: old}).removeAll()
 }
 
 // left lists the cgroups create made that still exist.

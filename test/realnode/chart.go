@@ -51,6 +51,19 @@ func (c *Cluster) InstallChart(ctx context.Context, upgrade bool, set ...string)
 	if !upgrade {
 		args = append(args, "--create-namespace")
 	}
+	// The images the nodes hold, by name: a tag other than the chart's
+	// appVersion (VERSION=… make images) must still be what the pods run.
+	for _, img := range c.images {
+		component := strings.TrimPrefix(img.Name, "swh-")
+		if component != "controller" && component != "agent" {
+			continue
+		}
+		at := strings.LastIndex(img.Ref, ":")
+		if at < 0 {
+			return "", fmt.Errorf("image reference %q has no tag", img.Ref)
+		}
+		args = append(args, "--set", component+".image.repository="+img.Ref[:at], "--set", component+".image.tag="+img.Ref[at+1:])
+	}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -124,6 +125,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if c.cgroups, err = detectCgroups(); err != nil {
 		return c, err
 	}
+	// A run killed before its cleanup (a test timeout) left its cgroups.
+	c.cgroups.sweep("swh-realnode-")
 	if c.ca, err = harness.NewCA("swh-realnode-kubelets"); err != nil {
 		return c, err
 	}
@@ -241,47 +244,37 @@ func findCNI() (string, error) {
 	return "", fmt.Errorf("%w: the CNI plugins ptp and host-local (Debian: containernetworking-plugins)", harness.ErrMissingDependency)
 }
 
-// WaitProgrammed waits until every node's kube-proxy has rules naming
-// every one of addrs (a ClusterIP, and the endpoints it must reach), so
-// that no request finds them missing.
-func (c *Cluster) WaitProgrammed(ctx context.Context, addrs ...string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for _, n := range c.Nodes {
-		for {
-			rules, err := n.Rules()
-			missing := ""
-			for _, a := range addrs {
-				if !strings.Contains(rules, a) {
-					missing = a
-				}
-			}
-			if err == nil && missing == "" {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("%s's kube-proxy has no rule for %s (last error: %v)", n.Name, missing, err)
-			case <-time.After(50 * time.Millisecond):
+// WaitProgrammed waits until every running node's kube-proxy has rules for
+// the ClusterIP clusterIP and forwards to every one of endpoints, so that
+// no request finds them missing.
+func (c *Cluster) WaitProgrammed(ctx context.Context, clusterIP string, endpoints ...string) error {
+	return c.waitRules(ctx, func(n *Node, rules string) string {
+		if clusterIP != "" && !hasAddress(rules, clusterIP) {
+			return clusterIP
+		}
+		for _, ip := range endpoints {
+			if !n.forwardsTo(rules, ip) {
+				return ip
 			}
 		}
-	}
-	return nil
+		return ""
+	})
 }
 
-// Rules prints the node's packet filter rules as kube-proxy's mode writes
-// them.
-func (n *Node) Rules() (string, error) {
-	if n.c.proxyMode == "iptables" {
-		return n.NS.Output("iptables-save")
-	}
-	return n.NS.Output("nft", "list", "ruleset")
-}
-
-// WaitProgrammedWithout waits until no running node's kube-proxy rules name
-// addr any more (an endpoint withdrawn). A node whose machine is off is
-// skipped: its kube-proxy may have lost the API server's news.
+// WaitProgrammedWithout waits until no running node's kube-proxy forwards
+// to addr any more (an endpoint withdrawn).
 func (c *Cluster) WaitProgrammedWithout(ctx context.Context, addr string) error {
+	return c.waitRules(ctx, func(n *Node, rules string) string {
+		if n.forwardsTo(rules, addr) {
+			return "no " + addr
+		}
+		return ""
+	})
+}
+
+// waitRules polls the rules of every node whose machine runs (a node that
+// is off may have missed the API server's news) until missing returns "".
+func (c *Cluster) waitRules(ctx context.Context, missing func(*Node, string) string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for _, n := range c.Nodes {
@@ -290,17 +283,65 @@ func (c *Cluster) WaitProgrammedWithout(ctx context.Context, addr string) error 
 		}
 		for {
 			rules, err := n.Rules()
-			if err == nil && !strings.Contains(rules, addr) {
+			want := missing(n, rules)
+			if err == nil && want == "" {
 				break
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("%s's kube-proxy still has rules for %s (last error: %v)", n.Name, addr, err)
+				return fmt.Errorf("%s's kube-proxy rules lack %s (last error: %v)", n.Name, want, err)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
 	return nil
+}
+
+// forwardsTo reports whether rules forward to ip, as the node's kube-proxy
+// mode writes it: nftables "dnat to IP:PORT" (one endpoint, or session
+// affinity) or a DNAT map's element "N : IP . PORT"; iptables
+// "--to-destination IP:PORT". A withdrawn endpoint's chain keeps its name,
+// which holds the address, for a while after it is flushed, so only the
+// DNAT itself counts.
+func (n *Node) forwardsTo(rules, ip string) bool {
+	q := regexp.QuoteMeta(ip)
+	if n.c.proxyMode == "iptables" {
+		return regexp.MustCompile(`--to-destination ` + q + `:`).MatchString(rules)
+	}
+	return regexp.MustCompile(`(dnat to |: )` + q + `( \. |:)`).MatchString(rules)
+}
+
+// hasAddress reports whether ip appears in rules as a whole address (not
+// 10.0.0.2 inside 10.0.0.23).
+func hasAddress(rules, ip string) bool {
+	for rest := rules; ; {
+		i := strings.Index(rest, ip)
+		if i < 0 {
+			return false
+		}
+		before, after := byte(' '), byte(' ')
+		if i > 0 {
+			before = rest[i-1]
+		}
+		if end := i + len(ip); end < len(rest) {
+			after = rest[end]
+		}
+		if !isAddrByte(before) && !isAddrByte(after) {
+			return true
+		}
+		rest = rest[i+len(ip):]
+	}
+}
+
+func isAddrByte(b byte) bool { return b == '.' || (b >= '0' && b <= '9') }
+
+// Rules prints the node's packet filter rules as kube-proxy's mode writes
+// them.
+func (n *Node) Rules() (string, error) {
+	if n.c.proxyMode == "iptables" {
+		return n.NS.Output("iptables-save")
+	}
+	return n.NS.Output("nft", "list", "ruleset")
 }
 
 // PodLogs returns the last lines of the logs of the pods in namespace

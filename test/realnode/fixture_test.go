@@ -104,7 +104,7 @@ func waitReadyPods(ctx context.Context, t testing.TB, ns, name string, want []co
 	for _, p := range want {
 		addrs = append(addrs, p.Status.PodIP)
 	}
-	if err := cluster.WaitProgrammed(ctx, addrs...); err != nil {
+	if err := cluster.WaitProgrammed(ctx, "", addrs...); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -119,6 +120,15 @@ func TestControllerFailover(t *testing.T) {
 	if err := cluster.CP.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: realnode.ChartNamespace, Name: pod}}); err != nil {
 		t.Fatalf("deleting the leader %s: %v", pod, err)
 	}
+	// The resource comes once the old leader is gone, so only the standby
+	// can make it converge.
+	harness.Eventually(t, convergeTimeout, "the old leader's pod gone", func() error {
+		err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: pod}, &corev1.Pod{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there (%v)", err)
+	})
 	svc := resource(ctx, t, ns, "web", "web")
 	waitReadyPods(ctx, t, ns, "web", pods)
 	converged := time.Since(start)

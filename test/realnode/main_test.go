@@ -33,7 +33,7 @@ func run(m *testing.M) int {
 		fmt.Println("SKIP: the real-node suite needs root inside hack/netns.sh (make test)")
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	start := time.Now()
 	root, err := harness.RepoRoot()

@@ -162,6 +162,9 @@ resolvConf: ""
 staticPodPath: ""
 serializeImagePulls: false
 nodeStatusUpdateFrequency: 2s
+# Renewed every quarter of its duration: every 2 s, well inside the node
+# lifecycle controller's grace period of 10 s here.
+nodeLeaseDurationSeconds: 8
 nodeStatusReportFrequency: 10s
 syncFrequency: 10s
 fileCheckFrequency: 5s

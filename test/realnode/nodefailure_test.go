@@ -89,11 +89,14 @@ func TestNodeFailure(t *testing.T) {
 	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Name: victim.Name}, &node); err != nil {
 		t.Fatal(err)
 	}
-	readyCond := "no Ready condition"
+	readyCond := ""
 	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
 			readyCond = fmt.Sprintf("Ready=%s (%s) %s after the power cut", c.Status, c.Reason, c.LastTransitionTime.Sub(start).Round(time.Second))
 		}
+	}
+	if readyCond == "" {
+		t.Fatalf("%s's endpoints were withdrawn while the node is still Ready:\n%s", victim.Name, nodeConditions())
 	}
 	if err := cluster.WaitProgrammedWithout(ctx, lost.Status.PodIP); err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/swh-dev/swh/test/harness"
+	"github.com/swh-dev/swh/test/realnode"
 )
 
 // TestPodsRunOnEveryNode: a Deployment of the workload image spreads over
@@ -28,14 +30,26 @@ func TestPodsRunOnEveryNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := waitAvailable(ctx, t, ns, "web", 3)
+	nodes := map[string]bool{}
+	get := &http.Client{Timeout: 5 * time.Second}
 	for _, p := range pods {
-		resp, err := http.Get(fmt.Sprintf("http://%s:8080/", p.Status.PodIP))
+		nodes[p.Spec.NodeName] = true
+		var index int
+		if _, err := fmt.Sscanf(p.Spec.NodeName, "node-%d", &index); err != nil || !strings.HasPrefix(p.Status.PodIP, fmt.Sprintf("10.246.%d.", index)) {
+			t.Errorf("%s on %s has the address %s, not one of its node's range", p.Name, p.Spec.NodeName, p.Status.PodIP)
+		}
+		resp, err := get.Get(fmt.Sprintf("http://%s:8080/", p.Status.PodIP))
 		if err != nil {
 			t.Fatalf("GET from %s (%s on %s): %v", p.Name, p.Status.PodIP, p.Spec.NodeName, err)
 		}
-		body, _ := io.ReadAll(resp.Body)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		_ = resp.Body.Close()
-		t.Logf("%s on %s at %s answered %d %q", p.Name, p.Spec.NodeName, p.Status.PodIP, resp.StatusCode, body)
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != p.Name {
+			t.Errorf("%s on %s at %s answered %d %q, want 200 and its name", p.Name, p.Spec.NodeName, p.Status.PodIP, resp.StatusCode, body)
+		}
+	}
+	if len(nodes) != len(cluster.Nodes) {
+		t.Errorf("the pods run on %v, want one on every node", nodes)
 	}
 }
 
@@ -103,14 +117,65 @@ func waitAvailable(ctx context.Context, t testing.TB, ns, app string, n int) []c
 	return ready
 }
 
-// testNamespace creates a namespace for the test and deletes it after: the
-// namespace controller removes what the test made, and kubelet stops its
-// pods.
+// testNamespace waits until the shared cluster is settled (an earlier
+// test may have powered a node off and on, upgraded the chart or deleted a
+// controller replica), then creates a namespace for the test and deletes
+// it after: the namespace controller removes what the test made, and
+// kubelet stops its pods. A failed test prints the cluster's state.
 func testNamespace(t testing.TB) string {
 	t.Helper()
+	settle(t)
 	ns := cluster.CP.TestNamespace(t)
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cluster state at the failure:\n%s\n%s\ncontrollers' logs:\n%s\nagents' logs:\n%s", nodeConditions(),
+				cluster.Diagnose(), cluster.PodLogs(realnode.ChartNamespace, "swh-controller-", 30), cluster.PodLogs(realnode.ChartNamespace, "swh-agent-", 30))
+		}
 		_ = cluster.CP.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	})
 	return ns
+}
+
+// settle waits until every node is Ready, an agent is ready on every node
+// and both controller replicas are ready.
+func settle(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	if err := cluster.WaitNodesReady(ctx, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	harness.Eventually(t, 3*time.Minute, "the chart's pods ready", func() error {
+		var ds appsv1.DaemonSet
+		if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-agent"}, &ds); err != nil {
+			return err
+		}
+		if n := int32(len(cluster.Nodes)); ds.Status.NumberReady != n || ds.Status.UpdatedNumberScheduled != n {
+			return fmt.Errorf("agents: %d ready, %d updated of %d", ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled, n)
+		}
+		var dep appsv1.Deployment
+		if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &dep); err != nil {
+			return err
+		}
+		if dep.Status.ReadyReplicas != 2 || dep.Status.Replicas != 2 {
+			return fmt.Errorf("controller: %d ready of %d replicas", dep.Status.ReadyReplicas, dep.Status.Replicas)
+		}
+		return nil
+	})
+}
+
+// nodeConditions lists every node's Ready condition.
+func nodeConditions() string {
+	var nodes corev1.NodeList
+	if err := cluster.CP.Client.List(context.Background(), &nodes); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				fmt.Fprintf(&b, "%s Ready=%s (%s) since %s\n", n.Name, c.Status, c.Reason, c.LastTransitionTime.Format("15:04:05"))
+			}
+		}
+	}
+	return b.String()
 }
