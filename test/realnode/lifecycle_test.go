@@ -179,6 +179,10 @@ func TestRollingUpdate(t *testing.T) {
 	c.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{"/swh", "sleep", "3s"}}}}
 	c.ReadinessProbe = &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}}
 	s := serve(ctx, t, d)
+	// Every old pod, once terminating, must stay published serving until
+	// its container stops (its preStop delay): what kube-proxy falls back
+	// to when no ready endpoint is left.
+	w := watchWithdrawals(ctx, t, s.ns, s.name)
 	ls := startLoops(ctx, s.url)
 	start := time.Now()
 	if err := cluster.CP.Client.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
@@ -211,8 +215,16 @@ func TestRollingUpdate(t *testing.T) {
 	took := time.Since(start)
 	time.Sleep(time.Second)
 	tally := ls.stop()
+	if _, err := w.stop(); err != nil {
+		t.Fatal(err)
+	}
 	if tally.Failed > 0 {
 		t.Fatalf("during the rolling update: %s", tally)
+	}
+	for _, p := range s.pods {
+		if !w.published(p.Status.PodIP, "-ST") {
+			t.Errorf("old pod %s (%s) was never published serving and terminating: %v", p.Name, p.Status.PodIP, w.states[p.Status.PodIP])
+		}
 	}
 	report(t, "4 rolling update", tally, "rollout and old pods gone in "+took.Round(100*time.Millisecond).String())
 }

@@ -25,7 +25,10 @@ type withdrawals struct {
 	events []string
 	// first is when each address was first withdrawn.
 	first map[string]time.Time
-	err   error
+	// states are the conditions each address was published with
+	// (ready/serving/terminating as three letters, R/S/T or -).
+	states map[string]map[string]bool
+	err    error
 }
 
 func watchWithdrawals(ctx context.Context, t testing.TB, ns, service string) *withdrawals {
@@ -39,7 +42,7 @@ func watchWithdrawals(ctx context.Context, t testing.TB, ns, service string) *wi
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	ww := &withdrawals{cancel: cancel, done: make(chan struct{}), first: map[string]time.Time{}}
+	ww := &withdrawals{cancel: cancel, done: make(chan struct{}), first: map[string]time.Time{}, states: map[string]map[string]bool{}}
 	go func() {
 		defer close(ww.done)
 		defer w.Stop()
@@ -64,6 +67,7 @@ func watchWithdrawals(ctx context.Context, t testing.TB, ns, service string) *wi
 				} else {
 					slices[s.Name] = s
 				}
+				ww.recordStates(s)
 				now := readyIn(slices)
 				for addr := range ready {
 					if !now[addr] {
@@ -98,6 +102,33 @@ func (w *withdrawals) record(addr, e string) {
 	if _, seen := w.first[addr]; !seen {
 		w.first[addr] = time.Now()
 	}
+}
+
+func (w *withdrawals) recordStates(s *discoveryv1.EndpointSlice) {
+	flag := func(b *bool, def bool, letter string) string {
+		if (b == nil && def) || (b != nil && *b) {
+			return letter
+		}
+		return "-"
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, e := range s.Endpoints {
+		state := flag(e.Conditions.Ready, true, "R") + flag(e.Conditions.Serving, true, "S") + flag(e.Conditions.Terminating, false, "T")
+		for _, a := range e.Addresses {
+			if w.states[a] == nil {
+				w.states[a] = map[string]bool{}
+			}
+			w.states[a][state] = true
+		}
+	}
+}
+
+// published reports whether addr was ever published in state (see states).
+func (w *withdrawals) published(addr, state string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.states[addr][state]
 }
 
 // firstWithdrawal returns when addr was first withdrawn (zero if never).
