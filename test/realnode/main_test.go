@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/swh-dev/swh/test/harness"
 	"github.com/swh-dev/swh/test/images"
 	"github.com/swh-dev/swh/test/realnode"
@@ -25,6 +28,9 @@ var chartInstalled time.Duration
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	// The suite's clients log nothing; without a logger controller-runtime
+	// prints a warning with a stack trace on the first watch.
+	ctrllog.SetLogger(logr.Discard())
 	if err := requirements(); err != nil {
 		fmt.Println(err)
 		if os.Getenv("CI") == "true" {
