@@ -53,6 +53,18 @@ func staleSlices(svc *corev1.Service, slices []discoveryv1.EndpointSlice, nodeLa
 	return out
 }
 
+// missingNode reports whether an agent's slice of the Service names a node
+// that nodeLabels lacks.
+func missingNode(svc *corev1.Service, slices []discoveryv1.EndpointSlice, nodeLabels map[string]bool) bool {
+	for i := range slices {
+		node, hasNode := slices[i].Labels[endpoints.DefaultNodeLabel]
+		if hasNode && !nodeLabels[node] && managedByAgent(&slices[i], svc.Name) {
+			return true
+		}
+	}
+	return false
+}
+
 // managedByAgent reports whether the slice is an swh agent's slice of the
 // named resource: labels decide, never the name.
 func managedByAgent(s *discoveryv1.EndpointSlice, service string) bool {

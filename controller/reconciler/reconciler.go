@@ -338,6 +338,17 @@ func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.Se
 	for i := range nodes.Items {
 		nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
 	}
+	if missingNode(svc, slices, nodeLabels) {
+		// The cache can lag behind a node created while its watch was down
+		// (an API server restart): ask the API server before deleting the
+		// slices of a node that may well exist.
+		if err := r.APIReader.List(ctx, nodes); err != nil {
+			return nil, fmt.Errorf("listing nodes from the API server: %w", err)
+		}
+		for i := range nodes.Items {
+			nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
+		}
+	}
 	stale := staleSlices(svc, slices, nodeLabels, judgePorts)
 	live := make([]discoveryv1.EndpointSlice, 0, len(slices))
 	var forbidden error

@@ -1,0 +1,62 @@
+package reconciler
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
+)
+
+// TestStaleNodeCache: the cache misses a node the API server has (it was
+// created while the cache's node watch was down, after an API server
+// restart); its slices are not deleted. A node the API server does not have
+// either still loses its slices.
+func TestStaleNodeCache(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}, Spec: corev1.ServiceSpec{
+		Ports: []corev1.ServicePort{{Name: "http", Port: 80}}, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
+	}}
+	slice := func(name, node string) *discoveryv1.EndpointSlice {
+		port := "http"
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{
+				discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy, endpoints.DefaultNodeLabel: node}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: &port}},
+		}
+	}
+	node := func(name string) *corev1.Node { return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}} }
+	objs := []client.Object{slice("web-http-a", "a"), slice("web-http-new", "new"), slice("web-http-gone", "gone")}
+	// The cache knows node a only; the API server knows a and new.
+	cache := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, node("a"))...).Build()
+	api := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(node("a"), node("new")).Build()
+	r := &Reconciler{Client: cache, APIReader: api}
+	ctx := context.Background()
+	var list discoveryv1.EndpointSliceList
+	if err := cache.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	live, err := r.collectStaleSlices(ctx, &swhv1alpha1.ServiceWithHealthchecks{}, svc, list.Items, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range live {
+		names = append(names, s.Name)
+	}
+	if len(names) != 2 || names[0] != "web-http-a" || names[1] != "web-http-new" {
+		t.Errorf("live slices %v, want web-http-a and web-http-new", names)
+	}
+	if err := cache.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "web-http-new"}, &discoveryv1.EndpointSlice{}); err != nil {
+		t.Errorf("the slice of node new, which the API server has, was deleted: %v", err)
+	}
+	if err := cache.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "web-http-gone"}, &discoveryv1.EndpointSlice{}); err == nil {
+		t.Error("the slice of node gone, which nobody has, was kept")
+	}
+}
