@@ -22,6 +22,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterIP) || self.clusterIP != 'None' || self.type == 'ClusterIP'",message="spec.clusterIP may be None (headless) only when spec.type is ClusterIP",fieldPath=.clusterIP
 // +kubebuilder:validation:XValidation:rule="!has(self.sessionAffinityConfig) || self.sessionAffinity == 'ClientIP'",message="spec.sessionAffinityConfig may only be set when spec.sessionAffinity is ClientIP",fieldPath=.sessionAffinityConfig
 // +kubebuilder:validation:XValidation:rule="!has(self.loadBalancerIP) || self.type == 'LoadBalancer'",message="spec.loadBalancerIP may only be set when spec.type is LoadBalancer",fieldPath=.loadBalancerIP
+// +kubebuilder:validation:XValidation:rule="!has(self.disruptionBudget) || !has(self.disruptionBudget.ports) || self.disruptionBudget.ports.all(n, self.ports.exists(p, has(p.name) && p.name == n))",message="spec.disruptionBudget.ports[] must name ports of spec.ports",fieldPath=.disruptionBudget.ports
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterIPs) || self.clusterIPs.size() == 0 || !has(self.clusterIP) || self.clusterIPs[0] == self.clusterIP",message="spec.clusterIPs[0] must equal spec.clusterIP",fieldPath=.clusterIPs
 type ServiceWithHealthchecksSpec struct {
 	// Ports are the ports the Service exposes. Each one gets its own
@@ -147,6 +148,18 @@ type ServiceWithHealthchecksSpec struct {
 	// pod readiness alone, like a plain Service.
 	// +optional
 	Healthcheck *Healthcheck `json:"healthcheck,omitempty"`
+
+	// DisruptionBudget, when set, makes the eviction guard refuse (HTTP 429,
+	// which kubectl drain retries) an eviction of a selected pod that would
+	// leave fewer pods passing their probes than the budget requires.
+	// +optional
+	DisruptionBudget *DisruptionBudget `json:"disruptionBudget,omitempty"`
+
+	// ReadinessGate configures the condition the agents write for pods that
+	// declare this resource's readiness gate (see
+	// ReadinessGateConditionType); without it, the mode is Once.
+	// +optional
+	ReadinessGate *ReadinessGate `json:"readinessGate,omitempty"`
 }
 
 // ServicePort is corev1.ServicePort with the validation the agent relies on.

@@ -87,6 +87,11 @@ type ServiceWithHealthchecksStatus struct {
 	// LoadBalancer is copied from the child Service.
 	// +optional
 	LoadBalancer corev1.LoadBalancerStatus `json:"loadBalancer,omitempty"`
+
+	// Disruption is the eviction guard's accounting, with a disruption
+	// budget only.
+	// +optional
+	Disruption *DisruptionStatus `json:"disruption,omitempty"`
 }
 
 // PortStatus counts the endpoints published for one port of the resource.

@@ -72,4 +72,14 @@ var invalidCases = []invalidCase{
 	{name: "verify-full without a Secret", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, tlsMode: verify-full}\n", field: "spec.healthcheck.probes[0].postgreSQL.authSecretName"},
 	{name: "invalid Secret name", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, authSecretName: Cred_Secret}\n", field: "spec.healthcheck.probes[0].postgreSQL.authSecretName"},
 	{name: "empty query", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, query: \"\"}\n", field: "spec.healthcheck.probes[0].postgreSQL.query"},
+
+	// The disruption budget and the readiness gate.
+	{name: "budget with both limits", spec: okPorts + "disruptionBudget: {minAvailable: 2, maxUnavailable: 1}\n", field: "spec.disruptionBudget", message: "exactly one of minAvailable and maxUnavailable"},
+	{name: "budget with no limit", spec: okPorts + "disruptionBudget: {ports: []}\n", field: "spec.disruptionBudget", message: "exactly one"},
+	{name: "negative minAvailable", spec: okPorts + "disruptionBudget: {minAvailable: -1}\n", field: "spec.disruptionBudget.minAvailable"},
+	{name: "maxUnavailable above 100%", spec: okPorts + "disruptionBudget: {maxUnavailable: \"150%\"}\n", field: "spec.disruptionBudget.maxUnavailable"},
+	{name: "maxUnavailable not a percentage", spec: okPorts + "disruptionBudget: {maxUnavailable: half}\n", field: "spec.disruptionBudget.maxUnavailable"},
+	{name: "budget port that does not exist", spec: "ports: [{name: client, port: 9092}]\nselector: {app: x}\ndisruptionBudget: {maxUnavailable: 1, ports: [replication]}\n", field: "spec.disruptionBudget.ports", message: "must name ports of spec.ports"},
+	{name: "unknown unhealthyPodEvictionPolicy", spec: okPorts + "disruptionBudget: {maxUnavailable: 1, unhealthyPodEvictionPolicy: Never}\n", field: "spec.disruptionBudget.unhealthyPodEvictionPolicy"},
+	{name: "unknown readiness gate mode", spec: okPorts + "readinessGate: {mode: Sometimes}\n", field: "spec.readinessGate.mode"},
 }
