@@ -20,6 +20,7 @@ type Metrics struct {
 	writeDelay    prometheus.Histogram
 	targets       prometheus.Gauge
 	secretReads   *prometheus.CounterVec
+	gateWrites    *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -55,8 +56,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "swh_agent_secret_reads_total",
 			Help: "Reads of PostgreSQL credentials Secrets by outcome; after an error the last credentials read stay in use.",
 		}, []string{"outcome"}),
+		gateWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_readiness_gate_writes_total",
+			Help: "Writes of the readiness gate pod condition by the status written and outcome.",
+		}, []string{"status", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets, m.secretReads} {
+	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets, m.secretReads, m.gateWrites} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering the agent's metrics: %w", err)
 		}
@@ -86,19 +91,30 @@ func (m *Metrics) sliceWrite(op string, err error) {
 	if m == nil {
 		return
 	}
-	outcome := "ok"
+	m.sliceWrites.WithLabelValues(op, writeOutcome(err)).Inc()
+}
+
+// writeOutcome labels the answer to a write.
+func writeOutcome(err error) string {
 	switch {
 	case err == nil:
+		return "ok"
 	case apierrors.IsConflict(err):
-		outcome = "conflict"
+		return "conflict"
 	case apierrors.IsAlreadyExists(err):
-		outcome = "exists"
+		return "exists"
 	case refused(err):
-		outcome = "forbidden"
+		return "forbidden"
 	default:
-		outcome = "error"
+		return "error"
 	}
-	m.sliceWrites.WithLabelValues(op, outcome).Inc()
+}
+
+// gateWrite counts a patch of a pod's readiness gate condition to status.
+func (m *Metrics) gateWrite(status string, err error) {
+	if m != nil {
+		m.gateWrites.WithLabelValues(status, writeOutcome(err)).Inc()
+	}
 }
 
 func (m *Metrics) observeDelay(d time.Duration) {

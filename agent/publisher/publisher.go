@@ -56,6 +56,8 @@ type Publisher struct {
 	book eventBook
 	// flips carries verdict flips to the controller's queue.
 	flips *flipQueue
+	// gateWritten holds readiness gate writes the cache may not show yet.
+	gateWritten gateMemory
 }
 
 // notify asks for a reconcile of a resource after a verdict flipped.
@@ -78,7 +80,9 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	})
 	p.reportTLSConflicts(ctx, view.swh)
 	verdicts, why := p.verdicts(view)
-	if err := p.publish(ctx, view, verdicts, why); err != nil {
+	// The gates do not wait on the slices: a refused slice write must not
+	// hold a rollout's pods back.
+	if err := errors.Join(p.publish(ctx, view, verdicts, why), p.syncGates(ctx, view)); err != nil {
 		return ctrl.Result{}, errors.Join(err, targetsErr)
 	}
 	// The targets that could start are published; the others are retried.

@@ -5,10 +5,14 @@ package publisher
 // plain manifests take it. Services are only read. No Secret: the
 // controller grants get on exactly the Secrets the probes of a namespace
 // reference (Role swh-agent-secrets), and the agent reads them by name.
+// pods/status: patch only, for the readiness gate condition (a strategic
+// merge patch of that one condition; an admission policy confines it to
+// that condition on its own node's pods).
 //
 // +kubebuilder:rbac:groups=network.swh.dev,resources=servicewithhealthchecks,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
