@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,12 +21,15 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/access"
+	"github.com/swh-dev/swh/controller/disruption"
 	"github.com/swh-dev/swh/controller/nodehealth"
 	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/endpoints"
@@ -60,6 +64,15 @@ type Options struct {
 	// controller grants get on the Secrets the probes name, namespace by
 	// namespace; empty, it grants none.
 	AgentServiceAccount types.NamespacedName
+	// WebhookPort serves the eviction guard (HTTPS, on every replica);
+	// 0 disables the webhook server (the disruption status is still kept).
+	WebhookPort int
+	// WebhookHost is the address the webhook server binds; all by default.
+	WebhookHost string
+	// WebhookCertDir holds tls.crt and tls.key for the webhook server.
+	WebhookCertDir string
+	// ReservationTimeout defaults to disruption.DefaultReservationTimeout.
+	ReservationTimeout time.Duration
 }
 
 // NewScheme returns the types the controller reads and writes.
@@ -95,6 +108,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// Nodes, typed (the node health controller) and metadata-only (the
 	// reconciler): only what they read.
 	byObject[&corev1.Node{}] = cache.ByObject{Transform: trimNode}
+	if opts.AgentServiceAccount.Name != "" {
+		// The agents' pods, whose readiness says a node's verdicts are
+		// current (the eviction guard); never the cluster's other pods.
+		byObject[&corev1.Pod{}] = cache.ByObject{Namespaces: map[string]cache.Config{opts.AgentServiceAccount.Namespace: {}}}
+	}
 	mgrOpts := ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsAddr},
@@ -106,6 +124,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		// ConfigMaps, Roles and RoleBindings: only the access reconciler's.
 		Cache: cache.Options{ByObject: byObject},
+	}
+	if opts.WebhookPort != 0 {
+		mgrOpts.WebhookServer = webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.WebhookCertDir})
 	}
 	if opts.SkipNameValidation {
 		mgrOpts.Controller.SkipNameValidation = &opts.SkipNameValidation
@@ -156,6 +177,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := a.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the access reconciler: %w", err)
 	}
+	if err := setupGuard(mgr, opts, registry); err != nil {
+		return nil, err
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)
 	}
@@ -170,6 +194,80 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("adding the readiness check: %w", err)
 	}
 	return mgr, nil
+}
+
+// setupGuard registers the eviction guard's webhook (every replica) and
+// the disruption status reconciler (the leader).
+func setupGuard(mgr ctrl.Manager, opts Options, registry metrics.RegistererGatherer) error {
+	sources := disruption.Sources{
+		Cache: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Agent: opts.AgentServiceAccount, ReservationTimeout: opts.ReservationTimeout,
+	}
+	sr := &disruption.StatusReconciler{Sources: sources, Client: mgr.GetClient()}
+	if err := sr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("registering the disruption status reconciler: %w", err)
+	}
+	if opts.WebhookPort == 0 {
+		return nil
+	}
+	dm, err := disruption.NewMetrics(registry)
+	if err != nil {
+		return err
+	}
+	// Every replica answers evictions from its cache: start the informers
+	// the guard reads at once rather than at the first eviction, which would
+	// wait for them (the controllers that would start them run on the leader
+	// only).
+	warm := []client.Object{&swhv1alpha1.ServiceWithHealthchecks{}, &discoveryv1.EndpointSlice{}, &corev1.Node{}}
+	if opts.AgentServiceAccount.Name != "" {
+		warm = append(warm, &corev1.Pod{})
+	}
+	informers := &warmInformers{cache: mgr.GetCache(), objects: warm}
+	if err := mgr.Add(informers); err != nil {
+		return fmt.Errorf("adding the guard's informers: %w", err)
+	}
+	// Not ready before they have synced: the guard would answer every
+	// eviction of the cluster with a 429 after waiting for them.
+	if err := mgr.AddReadyzCheck("guard-informers", func(*http.Request) error {
+		if !informers.synced.Load() {
+			return errors.New("the eviction guard's informers have not synced")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("adding the guard's readiness check: %w", err)
+	}
+	guard := &disruption.Guard{Sources: sources, Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: dm}
+	server := mgr.GetWebhookServer()
+	server.Register(disruption.Path, &webhook.Admission{Handler: guard})
+	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {
+		return fmt.Errorf("adding the webhook readiness check: %w", err)
+	}
+	return nil
+}
+
+// warmInformers starts informers on every replica, leader or not, and says
+// when they have synced.
+type warmInformers struct {
+	cache   cache.Cache
+	objects []client.Object
+	synced  atomic.Bool
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (*warmInformers) NeedLeaderElection() bool { return false }
+
+// Start implements manager.Runnable.
+func (w *warmInformers) Start(ctx context.Context) error {
+	for _, obj := range w.objects {
+		if _, err := w.cache.GetInformer(ctx, obj); err != nil {
+			return fmt.Errorf("starting the informer of %T: %w", obj, err)
+		}
+	}
+	if w.cache.WaitForCacheSync(ctx) {
+		w.synced.Store(true)
+	}
+	<-ctx.Done()
+	return nil
 }
 
 // Run starts the controller and blocks until ctx ends.

@@ -376,6 +376,9 @@ func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.Se
 
 func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, status swhv1alpha1.ServiceWithHealthchecksStatus) (ctrl.Result, error) {
 	key := client.ObjectKeyFromObject(swh)
+	// status.disruption belongs to the eviction guard (controller/disruption):
+	// written back as read, under the same resourceVersion, it is kept.
+	status.Disruption = swh.Status.Disruption
 	if statusEqual(swh.Status, status) {
 		// Set here too: after a restart, the first pass finds the status
 		// written.

@@ -78,7 +78,7 @@ func TestManifestsApplyDryRun(t *testing.T) {
 	for kind, want := range map[string]int{
 		"CustomResourceDefinition": 1, "Namespace": 1, "ServiceAccount": 2, "ClusterRole": 4, // the binaries', and view/edit aggregation
 		"ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1, "Deployment": 1, "DaemonSet": 1,
-		"PodDisruptionBudget": 1, "Service": 2, "ValidatingAdmissionPolicy": 2, "ValidatingAdmissionPolicyBinding": 2,
+		"PodDisruptionBudget": 1, "Service": 2, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
 	} {
 		if kinds[kind] != want {
 			t.Errorf("%d %s objects in the manifests, want %d", kinds[kind], kind, want)

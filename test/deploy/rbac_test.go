@@ -77,8 +77,16 @@ var needs = map[string][]access{
 		{verb: "list", resource: "nodes"},
 		{verb: "watch", resource: "nodes"},
 		{verb: "get", resource: "nodes", name: "node-a"},
-		// Whether an adopted Service still selects pods.
+		// Whether an adopted Service still selects pods; the eviction
+		// guard's evicted pod and the pods a budget selects, read from the
+		// API server; the agents' pods, watched in its own namespace only.
 		{verb: "list", resource: "pods", namespace: appNS},
+		{verb: "get", resource: "pods", namespace: appNS},
+		{verb: "watch", resource: "pods", namespace: namespace},
+		// The workloads that say how many pods a budget expects.
+		{verb: "get", group: "apps", resource: "deployments", namespace: appNS},
+		{verb: "get", group: "apps", resource: "replicasets", namespace: appNS},
+		{verb: "get", group: "apps", resource: "statefulsets", namespace: appNS},
 		// The built-in controller's Endpoints, deleted on adoption.
 		{verb: "get", resource: "endpoints", namespace: appNS},
 		{verb: "delete", resource: "endpoints", namespace: appNS},
@@ -129,6 +137,8 @@ var needs = map[string][]access{
 		{verb: "list", resource: "pods"},
 		{verb: "watch", resource: "pods"},
 		{verb: "get", resource: "pods", namespace: appNS},
+		// The readiness gate condition (confined by an admission policy).
+		{verb: "patch", resource: "pods", subresource: "status", namespace: appNS},
 		// Its Node (cache with a field selector).
 		{verb: "list", resource: "nodes"},
 		{verb: "watch", resource: "nodes"},
@@ -168,7 +178,7 @@ var mustNot = map[string][]access{
 		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "roles", namespace: appNS},
 		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "admin"},
 		{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterroles"},
-		{verb: "get", resource: "pods", namespace: appNS},
+		{verb: "list", group: "apps", resource: "deployments"},
 		{verb: "watch", resource: "pods"},
 		{verb: "update", resource: "pods", namespace: appNS},
 		{verb: "delete", resource: "pods", namespace: appNS},

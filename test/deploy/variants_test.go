@@ -38,7 +38,7 @@ func TestChartVariants(t *testing.T) {
 		t.Error("agent.hostNetwork=true did not put the agent in the host network")
 	}
 	// The agent's admission policies name this release's agent, and turn off.
-	for _, name := range []string{"other-swh-agent-endpointslices", "other-swh-agent-endpointslice-services"} {
+	for _, name := range []string{"other-swh-agent-endpointslices", "other-swh-agent-endpointslice-services", "other-swh-agent-pod-conditions"} {
 		policy := find(t, objs, "ValidatingAdmissionPolicy", name)
 		find(t, objs, "ValidatingAdmissionPolicyBinding", name)
 		conditions, _, _ := unstructured.NestedSlice(policy.Object, "spec", "matchConditions")
@@ -102,6 +102,17 @@ func TestChartVariants(t *testing.T) {
 // bin/helm.
 func renderChart(t *testing.T, release, ns, set string) []*unstructured.Unstructured {
 	t.Helper()
+	objs, err := helmTemplate(t, release, ns, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+// helmTemplate runs helm template like renderChart, with more arguments
+// (extra), and returns helm's error instead of failing the test.
+func helmTemplate(t *testing.T, release, ns, set string, extra ...string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -114,12 +125,16 @@ func renderChart(t *testing.T, release, ns, set string) []*unstructured.Unstruct
 	if set != "" {
 		args = append(args, "--set", set)
 	}
-	cmd := exec.Command(helm, args...)
+	cmd := exec.Command(helm, append(args, extra...)...)
+	// helm keeps its caches and configuration out of the user's home.
+	home := t.TempDir()
+	cmd.Env = append(cmd.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+		return nil, fmt.Errorf("helm template: %w\n%s", err, stderr.String())
 	}
 	path := filepath.Join(t.TempDir(), release+".yaml")
 	if err := os.WriteFile(path, out, 0o644); err != nil {
@@ -129,5 +144,5 @@ func renderChart(t *testing.T, release, ns, set string) []*unstructured.Unstruct
 	if err != nil {
 		t.Fatal(err)
 	}
-	return objs
+	return objs, nil
 }

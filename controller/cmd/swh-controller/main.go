@@ -1,7 +1,8 @@
 // Command swh-controller runs the ServiceWithHealthchecks controller: it
 // keeps the selector-less child Service of every resource, removes slices
 // nobody will update, writes the status, and keeps the per-namespace grants
-// that confine the agents (package access). Run one active replica per
+// that confine the agents (package access); every replica also serves the
+// eviction guard's webhook (package disruption). Run one active replica per
 // cluster (leader election picks it). The cluster comes from $KUBECONFIG,
 // or the in-cluster configuration.
 package main
@@ -16,6 +17,7 @@ import (
 
 	"github.com/swh-dev/swh/controller/access"
 	"github.com/swh-dev/swh/controller/app"
+	"github.com/swh-dev/swh/controller/disruption"
 	"github.com/swh-dev/swh/controller/internal/version"
 )
 
@@ -30,6 +32,9 @@ func main() {
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server")
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	agentSA := fs.String("agent-service-account", "", "<namespace>/<name> of the agents' ServiceAccount, granted get on exactly the Secrets the PostgreSQL probes name (authSecretName), namespace by namespace; empty grants none")
+	fs.IntVar(&opts.WebhookPort, "webhook-port", 0, "port of the eviction guard's HTTPS webhook server, which every replica serves (the chart: 9443); 0 disables the guard's webhook (the disruption status is still kept)")
+	fs.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "/etc/swh/webhook", "directory with the webhook server's tls.crt and tls.key (reloaded when they change)")
+	fs.DurationVar(&opts.ReservationTimeout, "eviction-reservation-timeout", disruption.DefaultReservationTimeout, "how long an eviction the guard allowed counts against a budget while its pod is neither terminating nor gone")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)

@@ -1,0 +1,275 @@
+package deploy_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/swh-dev/swh/test/harness"
+)
+
+// guard is the eviction guard's part of one rendering of the chart.
+type guard struct {
+	secret  *corev1.Secret
+	service *corev1.Service
+	webhook *admissionregistrationv1.ValidatingWebhookConfiguration
+	deploy  *appsv1.Deployment
+}
+
+// guardOf decodes the guard's objects of a rendering of release
+// (fullname "<release>-swh"), failing the test when one is missing.
+func guardOf(t *testing.T, objs []*unstructured.Unstructured, release string) guard {
+	t.Helper()
+	fullname := release + "-swh"
+	g := guard{secret: &corev1.Secret{}, service: &corev1.Service{}, webhook: &admissionregistrationv1.ValidatingWebhookConfiguration{}, deploy: &appsv1.Deployment{}}
+	fromUnstructured(t, find(t, objs, "Secret", fullname+"-webhook").Object, g.secret)
+	fromUnstructured(t, find(t, objs, "Service", fullname+"-webhook").Object, g.service)
+	fromUnstructured(t, find(t, objs, "ValidatingWebhookConfiguration", fullname+"-eviction-guard").Object, g.webhook)
+	fromUnstructured(t, find(t, objs, "Deployment", fullname+"-controller").Object, g.deploy)
+	return g
+}
+
+// TestEvictionGuardChart renders the chart in a namespace of its own and
+// checks the eviction guard end to end on paper: the generated certificate
+// serves the Service's DNS name and is signed by the caBundle's CA, the
+// Service reaches the controller's webhook port, the controller serves with
+// the mounted certificate, the webhook watches pods/eviction everywhere but
+// the release namespace and kube-system; then the API server accepts it all
+// (server-side dry-run, no warning). Needs bin/helm.
+func TestEvictionGuardChart(t *testing.T) {
+	const ns = "swh-guard"
+	objs := renderChart(t, "other", ns, "createNamespace=true")
+	g := guardOf(t, objs, "other")
+
+	// The certificate: a TLS Secret whose key pair serves
+	// other-swh-webhook.swh-guard.svc under the CA of the caBundle.
+	if g.secret.Type != corev1.SecretTypeTLS {
+		t.Errorf("Secret type %q, want %q", g.secret.Type, corev1.SecretTypeTLS)
+	}
+	ca := g.secret.Data["ca.crt"]
+	if _, err := tls.X509KeyPair(g.secret.Data["tls.crt"], g.secret.Data["tls.key"]); err != nil {
+		t.Errorf("tls.crt and tls.key are not a key pair: %v", err)
+	}
+	verifyServing(t, g.secret.Data["tls.crt"], ca, "other-swh-webhook.swh-guard.svc")
+	if len(g.webhook.Webhooks) != 1 {
+		t.Fatalf("%d webhooks, want 1", len(g.webhook.Webhooks))
+	}
+	wh := g.webhook.Webhooks[0]
+	if string(wh.ClientConfig.CABundle) != string(ca) || len(ca) == 0 {
+		t.Errorf("caBundle is not the Secret's ca.crt:\n%s\nvs\n%s", wh.ClientConfig.CABundle, ca)
+	}
+
+	// The webhook itself.
+	svc := wh.ClientConfig.Service
+	if svc == nil || svc.Name != "other-swh-webhook" || svc.Namespace != ns || svc.Path == nil || *svc.Path != "/validate-eviction" ||
+		svc.Port == nil || *svc.Port != 443 || wh.ClientConfig.URL != nil {
+		t.Errorf("clientConfig %+v, want the Service other-swh-webhook.%s:443/validate-eviction", wh.ClientConfig, ns)
+	}
+	wantRules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/eviction"},
+			Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}
+	if !reflect.DeepEqual(wh.Rules, wantRules) {
+		t.Errorf("rules %+v, want CREATE of pods/eviction only", wh.Rules)
+	}
+	checks := []struct {
+		what      string
+		got, want any
+	}{
+		{"sideEffects", deref(wh.SideEffects), admissionregistrationv1.SideEffectClassNoneOnDryRun},
+		{"failurePolicy", deref(wh.FailurePolicy), admissionregistrationv1.Fail},
+		{"timeoutSeconds", deref(wh.TimeoutSeconds), int32(5)},
+		{"matchPolicy", deref(wh.MatchPolicy), admissionregistrationv1.Equivalent},
+		{"admissionReviewVersions", wh.AdmissionReviewVersions, []string{"v1"}},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	if wh.NamespaceSelector == nil {
+		t.Fatal("no namespaceSelector: the guard would stand in the way of its own replicas' evictions")
+	}
+	sel, err := metav1.LabelSelectorAsSelector(wh.NamespaceSelector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{ns: false, "kube-system": false, "default": true, "shop": true} {
+		if got := sel.Matches(labels.Set{corev1.LabelMetadataName: name}); got != want {
+			t.Errorf("the webhook guards namespace %s: %v, want %v", name, got, want)
+		}
+	}
+
+	// The Service reaches the webhook port of the controller's pods, which
+	// serve with the mounted certificate.
+	if !labels.SelectorFromSet(g.service.Spec.Selector).Matches(labels.Set(g.deploy.Spec.Template.Labels)) || len(g.service.Spec.Selector) == 0 {
+		t.Errorf("the webhook Service selects %v, not the controller's pods %v", g.service.Spec.Selector, g.deploy.Spec.Template.Labels)
+	}
+	if len(g.service.Spec.Ports) != 1 || g.service.Spec.Ports[0].Port != 443 || g.service.Spec.Ports[0].Name == "" ||
+		g.service.Spec.Ports[0].TargetPort != intstr.FromString("webhook") {
+		t.Errorf("webhook Service ports %+v, want one named port 443 to the container port webhook", g.service.Spec.Ports)
+	}
+	ctr := g.deploy.Spec.Template.Spec.Containers[0]
+	if !slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" && p.ContainerPort == 9443 }) {
+		t.Errorf("controller ports %+v lack webhook: 9443", ctr.Ports)
+	}
+	for _, want := range []string{"--webhook-port=9443", "--webhook-cert-dir=/etc/swh/webhook"} {
+		if !slices.Contains(ctr.Args, want) {
+			t.Errorf("controller args %v lack %s", ctr.Args, want)
+		}
+	}
+	if ctr.Lifecycle == nil || ctr.Lifecycle.PreStop == nil || ctr.Lifecycle.PreStop.Sleep == nil || ctr.Lifecycle.PreStop.Sleep.Seconds < 1 {
+		t.Errorf("controller lifecycle %+v: want a preStop pause, so that the API server stops calling a stopping replica", ctr.Lifecycle)
+	}
+	mounted := ""
+	for _, m := range ctr.VolumeMounts {
+		if m.MountPath == "/etc/swh/webhook" && m.ReadOnly {
+			mounted = m.Name
+		}
+	}
+	if !slices.ContainsFunc(g.deploy.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == mounted && v.Secret != nil && v.Secret.SecretName == g.secret.Name
+	}) {
+		t.Errorf("the controller does not mount the Secret %s read-only at /etc/swh/webhook: mounts %+v, volumes %+v",
+			g.secret.Name, ctr.VolumeMounts, g.deploy.Spec.Template.Spec.Volumes)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, w := warningClient(t)
+	if err := apply(ctx, c, harness.OfKind(objs, "Namespace"), false); err != nil {
+		t.Fatalf("applying the Namespace: %v", err)
+	}
+	var rest []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() != "Namespace" {
+			rest = append(rest, o)
+		}
+	}
+	if err := apply(ctx, c, rest, true); err != nil {
+		t.Fatalf("server-side dry-run:\n%v", err)
+	}
+	if len(w.seen) > 0 {
+		t.Errorf("the API server warned:\n%s", strings.Join(w.seen, "\n"))
+	}
+}
+
+// TestEvictionGuardValues: failurePolicy and timeoutSeconds reach the
+// webhook, the schema refuses what the API server would, and
+// enabled=false leaves no trace of the guard and turns its server off.
+func TestEvictionGuardValues(t *testing.T) {
+	g := guardOf(t, renderChart(t, "other", "swh-guard", "controller.evictionGuard.failurePolicy=Ignore,controller.evictionGuard.timeoutSeconds=10"), "other")
+	if wh := g.webhook.Webhooks[0]; deref(wh.FailurePolicy) != admissionregistrationv1.Ignore || deref(wh.TimeoutSeconds) != int32(10) {
+		t.Errorf("failurePolicy %v, timeoutSeconds %v: want Ignore and 10 from the values", deref(wh.FailurePolicy), deref(wh.TimeoutSeconds))
+	}
+	for _, set := range []string{"controller.evictionGuard.failurePolicy=Sometimes", "controller.evictionGuard.timeoutSeconds=31",
+		"controller.evictionGuard.timeoutSeconds=0", "controller.evictionGuard.enable=true"} {
+		if _, err := helmTemplate(t, "other", "swh-guard", set); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Errorf("--set %s: %v, want the values schema to refuse it", set, err)
+		}
+	}
+
+	off := renderChart(t, "other", "swh-guard", "controller.evictionGuard.enabled=false")
+	if left := harness.OfKind(off, "ValidatingWebhookConfiguration", "Secret"); len(left) > 0 {
+		t.Errorf("evictionGuard.enabled=false still renders %s %s", left[0].GetKind(), left[0].GetName())
+	}
+	for _, svc := range harness.OfKind(off, "Service") {
+		if strings.HasSuffix(svc.GetName(), "-webhook") {
+			t.Errorf("evictionGuard.enabled=false still renders the Service %s", svc.GetName())
+		}
+	}
+	deploy := &appsv1.Deployment{}
+	fromUnstructured(t, find(t, off, "Deployment", "other-swh-controller").Object, deploy)
+	ctr := deploy.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(ctr.Args, "--webhook-port=0") || slices.ContainsFunc(ctr.Args, func(a string) bool { return strings.HasPrefix(a, "--webhook-cert-dir") }) {
+		t.Errorf("controller args %v: want --webhook-port=0 and no certificate folder", ctr.Args)
+	}
+	if len(ctr.VolumeMounts) > 0 || len(deploy.Spec.Template.Spec.Volumes) > 0 || slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" }) {
+		t.Errorf("with the guard off the controller still has mounts %v, volumes %v or ports %v", ctr.VolumeMounts, deploy.Spec.Template.Spec.Volumes, ctr.Ports)
+	}
+}
+
+// TestEvictionGuardCertificateKept: without a cluster every rendering
+// generates a new CA; against a cluster where the release's Secret exists
+// (helm install/upgrade, here helm template --dry-run=server), the chart
+// reuses its certificate, key and CA, so an upgrade does not swap the CA
+// under the running replicas. Needs bin/helm.
+func TestEvictionGuardCertificateKept(t *testing.T) {
+	ns := controlPlane.CleanNamespace(t)
+	first := guardOf(t, renderChart(t, "keep", ns, ""), "keep")
+	second := guardOf(t, renderChart(t, "keep", ns, ""), "keep")
+	if string(first.secret.Data["ca.crt"]) == string(second.secret.Data["ca.crt"]) {
+		t.Fatal("two renderings without a cluster share a CA; the reuse below would prove nothing")
+	}
+
+	// The first rendering's Secret, installed for real (only it: the
+	// webhook would guard the suite's own evictions).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	installed := first.secret.DeepCopy()
+	installed.Namespace = ns
+	// As helm install left it: helm refuses to adopt objects of no release.
+	installed.Annotations = map[string]string{"meta.helm.sh/release-name": "keep", "meta.helm.sh/release-namespace": ns}
+	if err := controlPlane.Client.Create(ctx, installed); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := helmTemplate(t, "keep", ns, "", "--dry-run=server", "--kubeconfig", controlPlane.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upgraded := guardOf(t, objs, "keep")
+	for _, key := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		if string(upgraded.secret.Data[key]) != string(first.secret.Data[key]) {
+			t.Errorf("the rendering against the cluster generated a new %s instead of reusing the Secret's", key)
+		}
+	}
+	if string(upgraded.webhook.Webhooks[0].ClientConfig.CABundle) != string(first.secret.Data["ca.crt"]) {
+		t.Error("the caBundle is not the CA of the existing Secret")
+	}
+}
+
+// verifyServing fails unless certPEM, signed by caPEM, serves host.
+func verifyServing(t *testing.T, certPEM, caPEM []byte, host string) {
+	t.Helper()
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("ca.crt holds no PEM certificate: %q", caPEM)
+	}
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		t.Fatalf("tls.crt holds no PEM block: %q", certPEM)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{DNSName: host, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		t.Errorf("the serving certificate (names %v) does not serve %s under the caBundle's CA: %v", cert.DNSNames, host, err)
+	}
+	if left := time.Until(cert.NotAfter); left < 5*365*24*time.Hour {
+		t.Errorf("the serving certificate expires in %s; an install should not need a rotation for years", left.Round(time.Hour))
+	}
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
