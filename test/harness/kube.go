@@ -68,6 +68,8 @@ type PodOptions struct {
 	Phase corev1.PodPhase
 	// StartTime defaults to now.
 	StartTime time.Time
+	// ReadinessGates are the condition types of spec.readinessGates.
+	ReadinessGates []corev1.PodConditionType
 }
 
 // CreatePod creates a pod bound to opts.Node and writes its status as a
@@ -84,6 +86,9 @@ func CreatePod(ctx context.Context, c client.Client, opts PodOptions) (*corev1.P
 			}},
 			AutomountServiceAccountToken: new(false),
 		},
+	}
+	for _, g := range opts.ReadinessGates {
+		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: g})
 	}
 	if err := c.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("creating pod %s/%s: %w", opts.Namespace, opts.Name, err)

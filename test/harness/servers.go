@@ -115,6 +115,11 @@ type HTTPServer struct {
 	status atomic.Int32
 	delay  atomic.Int64
 	hits   atomic.Int64
+	// statusMu orders SetStatus with the responses: firstServed is when
+	// the first response of status generation statusGen was written.
+	statusMu    sync.Mutex
+	statusGen   int64
+	firstServed time.Time
 
 	mu       sync.Mutex
 	server   *http.Server
@@ -151,7 +156,22 @@ func StartHTTPServer(opts HTTPServerOptions) (*HTTPServer, error) {
 func (s *HTTPServer) Addr() string { return s.addr }
 
 // SetStatus changes the response code of later requests.
-func (s *HTTPServer) SetStatus(code int) { s.status.Store(int32(code)) }
+func (s *HTTPServer) SetStatus(code int) {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	s.status.Store(int32(code))
+	s.statusGen++
+	s.firstServed = time.Time{}
+}
+
+// FirstServed returns when the first response with the status last set was
+// written, the zero time if none was yet: for a probe, the moment its
+// result changed.
+func (s *HTTPServer) FirstServed() time.Time {
+	s.statusMu.Lock()
+	defer s.statusMu.Unlock()
+	return s.firstServed
+}
 
 // SetDelay makes later responses wait d before answering (a slow backend).
 func (s *HTTPServer) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
@@ -178,8 +198,19 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.hits.Add(1)
-	w.WriteHeader(int(s.status.Load()))
-	_, _ = fmt.Fprintf(w, "%s answered %d\n", s.addr, s.status.Load())
+	s.statusMu.Lock()
+	code, gen := s.status.Load(), s.statusGen
+	s.statusMu.Unlock()
+	w.WriteHeader(int(code))
+	_, _ = fmt.Fprintf(w, "%s answered %d\n", s.addr, code)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+	s.statusMu.Lock()
+	if gen == s.statusGen && s.firstServed.IsZero() {
+		s.firstServed = time.Now()
+	}
+	s.statusMu.Unlock()
 }
 
 // Start listens again after Stop; it does nothing while listening.

@@ -149,6 +149,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			// envtest turns ServiceAccount admission off; pods of a real
 			// cluster need it to get their tokens mounted.
 			"disable-admission-plugins": "",
+			// Webhooks (the eviction guard) are called at an endpoint of
+			// their Service, not its ClusterIP: the API server runs in the
+			// world, which routes to every node's pod range but has no
+			// kube-proxy of its own to translate a ClusterIP.
+			"enable-aggregator-routing": "true",
 		},
 	})
 	if err != nil {

@@ -25,8 +25,9 @@ const convergeTimeout = 2 * time.Minute
 // resource creates a ServiceWithHealthchecks for the pods labelled
 // app=APP: port 80 to the pods' 8080, probed by GET /healthz every second
 // (two failures take a pod out, one success brings it back). It waits
-// until kube-proxy on every node has rules for its ClusterIP.
-func resource(ctx context.Context, t testing.TB, ns, name, app string) *corev1.Service {
+// until kube-proxy on every node has rules for its ClusterIP. opts change
+// the resource before it is created.
+func resource(ctx context.Context, t testing.TB, ns, name, app string, opts ...func(*swhv1alpha1.ServiceWithHealthchecks)) *corev1.Service {
 	t.Helper()
 	r := &swhv1alpha1.ServiceWithHealthchecks{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -38,6 +39,9 @@ func resource(ctx context.Context, t testing.TB, ns, name, app string) *corev1.S
 				HTTP: &swhv1alpha1.HTTPProbe{TargetPort: intstr.FromInt32(8080), Path: "/healthz", Method: "GET", Scheme: swhv1alpha1.HTTPSchemeHTTP},
 			}}},
 		},
+	}
+	for _, opt := range opts {
+		opt(r)
 	}
 	if err := cluster.CP.Client.Create(ctx, r); err != nil {
 		t.Fatalf("creating %s: %v", name, err)

@@ -1,11 +1,11 @@
 // Command swh-workload is the backend of the real-node scenarios, shipped as
 // the image ghcr.io/swh-dev/swh-workload (make images): HTTP servers that
-// answer with the pod's name, a TCP banner server, a switchable failing mode
-// and a graceful, delayed shutdown on SIGTERM. GET /checks on an HTTP port
-// lists the health checks it answered (time, status, User-Agent), so that
-// a test can tell when each prober saw a failure. The image holds no shell, so
-// the commands a pod's exec hooks need (fail, recover, sleep) are
-// subcommands of the same binary.
+// answer with the pod's name, a TCP banner server, a switchable failing mode,
+// a start that fails until -pass-after has passed, and a graceful, delayed
+// shutdown on SIGTERM. GET /checks on an HTTP port lists the health checks
+// it answered (time, status, User-Agent), so that a test can tell when each
+// prober saw a failure. The image holds no shell, so the commands a pod's
+// exec hooks need (fail, recover, sleep) are subcommands of the same binary.
 //
 // Usage:
 //
@@ -54,6 +54,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&tcpAddrs, "tcp", "", "comma-separated listen addresses of the TCP banner servers (\"220 <pod>\\n\")")
 	fs.StringVar(&cfg.failFile, "fail-file", defaultFailFile, "while this file exists every HTTP port answers 503; while FILE.PORT exists, that port does")
 	fs.BoolVar(&cfg.failing, "fail", false, "start failing (a container whose readiness never passes)")
+	fs.DurationVar(&cfg.passAfter, "pass-after", 0, "fail (503) for this long after the start, like a member still catching up after its port opened")
 	fs.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "after SIGTERM, keep serving this long before closing the listeners")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 10*time.Second, "after the delay, how long open requests may take to finish")
 	if err := fs.Parse(args); err != nil {

@@ -20,6 +20,7 @@ type config struct {
 	http, tcp     []string
 	failFile      string
 	failing       bool
+	passAfter     time.Duration
 	shutdownDelay time.Duration
 	drainTimeout  time.Duration
 }
@@ -32,6 +33,7 @@ const tcpIdle = 10 * time.Second
 // serving for the shutdown delay (a terminating pod still answers), and
 // closes gracefully.
 func serve(ctx context.Context, cfg config, logw io.Writer) error {
+	passAt := time.Now().Add(cfg.passAfter)
 	var listeners []net.Listener
 	closeAll := func() {
 		for _, l := range listeners {
@@ -57,7 +59,7 @@ func serve(ctx context.Context, cfg config, logw io.Writer) error {
 		if err != nil {
 			return err
 		}
-		b := &backend{pod: cfg.pod, failFile: cfg.failFile, port: strconv.Itoa(l.Addr().(*net.TCPAddr).Port)}
+		b := &backend{pod: cfg.pod, failFile: cfg.failFile, port: strconv.Itoa(l.Addr().(*net.TCPAddr).Port), passAt: passAt}
 		b.failing.Store(cfg.failing)
 		srv := &http.Server{Handler: b, ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, srv)
@@ -146,7 +148,9 @@ func acceptBanners(l net.Listener, pod string, conns *sync.WaitGroup) {
 type backend struct {
 	pod, failFile, port string
 	failing             atomic.Bool
-	checks              checkLog
+	// passAt: until then the port fails (-pass-after).
+	passAt time.Time
+	checks checkLog
 }
 
 // checkLog keeps the last health checks a port answered, so that a test
@@ -181,7 +185,7 @@ func (c *checkLog) write(w io.Writer) {
 }
 
 func (b *backend) isFailing() bool {
-	if b.failing.Load() {
+	if b.failing.Load() || time.Now().Before(b.passAt) {
 		return true
 	}
 	for _, path := range []string{b.failFile, b.failFile + "." + b.port} {
