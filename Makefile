@@ -134,3 +134,12 @@ bench-probes: ## Probers and scheduler side by side with kubelet's and raw basel
 	@mkdir -p $(BIN)
 	@cd test/peers && go build -o $(BIN)/swh-bench-probes .
 	@hack/netns.sh $(BIN)/swh-bench-probes
+
+# A simulation, no API server: the slices each layout would write, measured
+# as the API server stores and sends them (docs/scaling.md). About 3 minutes
+# on 2 cores; SLICESIM_FLAGS=-slicesim.nodes=500 for a short run.
+.PHONY: bench-slices
+bench-slices: ## Slice layouts, ours vs the built-in controller's, at 500-5,000 nodes: objects, bytes, writes per change.
+	@mkdir -p $(BIN)
+	@cd test && go test -c -o $(BIN)/slicesim.test ./slicesim/
+	@hack/netns.sh bash -c 'cd test/slicesim && $(BIN)/slicesim.test -test.run "^$$" -test.bench BenchmarkSliceLayouts -test.benchtime 1x -test.timeout 20m $(SLICESIM_FLAGS)'

@@ -26,7 +26,13 @@ type backend struct {
 // own, with an HTTP server on 8080 and a TCP server on 2525 (smtp).
 func startBackend(t testing.TB, ns, app, name, node string) *backend {
 	t.Helper()
-	ctx := context.Background()
+	return startBackendPod(t, harness.PodOptions{Namespace: ns, Name: name, Node: node, Labels: map[string]string{"app": app}})
+}
+
+// startBackendPod is startBackend for a pod described by opts (its
+// addresses and ports are filled in).
+func startBackendPod(t testing.TB, opts harness.PodOptions) *backend {
+	t.Helper()
 	ip := harness.PodIP(t)
 	b := &backend{ip: ip}
 	var err error
@@ -38,11 +44,9 @@ func startBackend(t testing.TB, ns, app, name, node string) *backend {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.smtp.Stop() })
-	b.pod, err = harness.CreatePod(ctx, controlPlane.Client, harness.PodOptions{
-		Namespace: ns, Name: name, Node: node, Labels: map[string]string{"app": app}, IPs: []string{ip},
-		Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "smtp", ContainerPort: 2525}, {Name: "health", ContainerPort: 8081}},
-	})
-	if err != nil {
+	opts.IPs = []string{ip}
+	opts.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "smtp", ContainerPort: 2525}, {Name: "health", ContainerPort: 8081}}
+	if b.pod, err = harness.CreatePod(context.Background(), controlPlane.Client, opts); err != nil {
 		t.Fatal(err)
 	}
 	return b

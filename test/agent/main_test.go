@@ -17,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentapp "github.com/swh-dev/swh/agent/app"
@@ -34,7 +35,12 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(harness.RunSuite(m, harness.SuiteOptions{Name: "agent", NeedsSandbox: true, Setup: setup}))
+	os.Exit(harness.RunSuite(m, harness.SuiteOptions{
+		Name: "agent", NeedsSandbox: true, Setup: setup,
+		// Room for the reaction benchmark's thousand resources: envtest's
+		// default range is a /24, 253 ClusterIPs.
+		ControlPlane: harness.ControlPlaneOptions{ExtraAPIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16"}},
+	}))
 }
 
 // setup creates the two nodes and starts one controller for the whole
@@ -46,7 +52,12 @@ func setup(ctx context.Context, cp *harness.ControlPlane) (func(), error) {
 			return nil, err
 		}
 	}
-	mgr, err := controllerapp.NewManager(cp.Config, controllerapp.Options{MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry()})
+	// swh-controller's default client limits (--kube-api-qps 50,
+	// --kube-api-burst 100), not client-go's 5: the benchmarks create
+	// resources by the thousand.
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.QPS, cfg.Burst = 50, 100
+	mgr, err := controllerapp.NewManager(cfg, controllerapp.Options{MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry()})
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +80,9 @@ type agent struct {
 func startAgent(t testing.TB, node string) *agent {
 	t.Helper()
 	a := &agent{node: node, registry: prometheus.NewRegistry()}
-	mgr, err := agentapp.NewManager(controlPlane.Config, agentapp.Options{
+	cfg := rest.CopyConfig(controlPlane.Config)
+	cfg.QPS, cfg.Burst = 20, 50 // swh-agent's defaults
+	mgr, err := agentapp.NewManager(cfg, agentapp.Options{
 		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry,
 		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: time.Second},
 	})
