@@ -18,6 +18,15 @@ import (
 // address that never answers.
 func fullBacklogListener(t *testing.T) Target {
 	t.Helper()
+	_, target := fullBacklog(t)
+	return target
+}
+
+// fullBacklog is fullBacklogListener, with the listener: accepting one
+// connection makes room for the next SYN (a retransmission, a second
+// later).
+func fullBacklog(t *testing.T) (net.Listener, Target) {
+	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +58,7 @@ func fullBacklogListener(t *testing.T) Target {
 		}
 		t.Cleanup(func() { c.Close() })
 	}
-	return target
+	return l, target
 }
 
 func TestTCPProbeTimeout(t *testing.T) {
