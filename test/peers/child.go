@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -17,9 +18,12 @@ import (
 // The servers the probers are measured against run in a child process (this
 // same binary, told so by childEnv), so that the CPU the parent measures with
 // getrusage is the probers' and not the servers'. They listen on 127.0.0.1
-// only. The child prints one "ip:port" line per listener, answers "cpu" on
-// its standard input with its own CPU time, and exits when its standard
-// input closes (the parent went away).
+// only, or, for the scheduler runs, on 198.18.0.2 in a network namespace of
+// their own (netns.go). The child prints one "ip:port" line per listener,
+// answers "cpu" on its standard input with its own CPU time, and exits when
+// its standard input closes (the parent went away). In its own namespace, it
+// first waits for a line on its standard input: its parent has created the
+// link.
 const childEnv = "SWH_PEERS_SERVE"
 
 // serveChild runs the child when this process is one and reports whether it
@@ -42,9 +46,19 @@ func runChild(spec string) error {
 	if err != nil || n < 1 {
 		return fmt.Errorf("bad %s=%q, want tcp:N or http:N", childEnv, spec)
 	}
+	in := bufio.NewScanner(os.Stdin)
+	addr := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if os.Getenv(netnsEnv) != "" {
+		if !in.Scan() {
+			return errors.New("the parent went away before linking the network namespace")
+		}
+		if addr, err = setupChildNet(); err != nil {
+			return err
+		}
+	}
 	listeners := make([]net.Listener, 0, n)
 	for range n {
-		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		l, err := net.Listen("tcp4", netip.AddrPortFrom(addr, 0).String())
 		if err != nil {
 			return err
 		}
@@ -68,7 +82,6 @@ func runChild(spec string) error {
 			return fmt.Errorf("unknown server kind %q", kind)
 		}
 	}
-	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "cpu" {
 			user, sys := cpuTime()
@@ -100,20 +113,26 @@ func healthz(w http.ResponseWriter, _ *http.Request) {
 
 // child is the parent's handle on a server process.
 type child struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Scanner
-	Addrs []string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    *bufio.Scanner
+	linked bool // a veth pair links it to this namespace
+	Addrs  []string
 }
 
-// startChild starts n servers of kind ("tcp" or "http") in a child process.
-func startChild(kind string, n int) (*child, error) {
+// startChild starts n servers of kind ("tcp" or "http") in a child process,
+// on 127.0.0.1 or, with placement Netns, in a new network namespace.
+func startChild(kind string, n int, placement Placement) (*child, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d", childEnv, kind, n))
+	if placement == Netns {
+		cmd.Env = append(cmd.Env, netnsEnv+"=1")
+		cmd.SysProcAttr = netnsAttr()
+	}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -127,6 +146,17 @@ func startChild(kind string, n int) (*child, error) {
 		return nil, fmt.Errorf("starting the server process: %w", err)
 	}
 	c := &child{cmd: cmd, stdin: stdin, out: bufio.NewScanner(stdout)}
+	if placement == Netns {
+		c.linked = true
+		if err := linkChild(cmd.Process.Pid); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		if _, err := io.WriteString(stdin, "linked\n"); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
 	for len(c.Addrs) < n && c.out.Scan() {
 		c.Addrs = append(c.Addrs, c.out.Text())
 	}
@@ -152,8 +182,12 @@ func (c *child) CPU() (time.Duration, error) {
 	return user + sys, nil
 }
 
-// Stop ends the server process and waits for it (5 s at most, then kills it).
+// Stop ends the server process and waits for it (5 s at most, then kills
+// it), and deletes the veth pair, if any.
 func (c *child) Stop() {
+	if c.linked {
+		defer unlinkChild()
+	}
 	_ = c.stdin.Close()
 	done := make(chan struct{})
 	go func() {

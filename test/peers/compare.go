@@ -171,7 +171,7 @@ func kubeResultErr(r kubeprobe.Result, out string, err error) error {
 // of the machine hits all of them alike; each figure is the median of the
 // rounds. A short warm-up round comes first and is not counted.
 func compare(title, kind string, variants []variant, rounds, ops int) (*Comparison, error) {
-	srv, err := startChild(kind, len(variants))
+	srv, err := startChild(kind, len(variants), Loopback)
 	if err != nil {
 		return nil, err
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -23,20 +25,30 @@ import (
 // SchedConfig is one scheduler load.
 type SchedConfig struct {
 	Targets   int           // probed keys
-	Listeners int           // servers they spread over (each on its own port of 127.0.0.1)
+	Listeners int           // servers they spread over (each on its own port)
 	Period    time.Duration // of every key
 	Warmup    time.Duration // not measured: the first, jittered round
 	Duration  time.Duration // measured
+	Placement Placement     // where the servers listen
+	// Profile, if set, receives a CPU profile (pprof) of the prober over
+	// the measured window.
+	Profile io.Writer
 }
 
 // SchedRow is what one way of running the load achieved over the measured
 // window.
 type SchedRow struct {
-	Name           string
-	Probes         int     // results delivered in the window
-	ProbesPerSec   float64 // Probes / window
-	Cores          float64 // CPU time of the prober process / window
-	ServerCores    float64 // CPU time of the server process / window (not the prober's)
+	Name         string
+	Placement    Placement
+	Probes       int     // results delivered in the window
+	ProbesPerSec float64 // Probes / window
+	Cores        float64 // CPU time of the prober process / window
+	UserCores    float64 // the user-space part of Cores
+	ServerCores  float64 // CPU time of the server process / window (not the prober's)
+	// SoftirqCores is the time the whole machine spent in softirq handlers
+	// / window (/proc/stat): other processes' included, and, without
+	// CONFIG_IRQ_TIME_ACCOUNTING, charged to the tasks they interrupted.
+	SoftirqCores   float64
 	LagP50, LagP99 time.Duration
 	LagMax         time.Duration
 	// ProbeP50 and ProbeP99 are the probes' own durations (connect and close).
@@ -48,6 +60,14 @@ type SchedRow struct {
 	TimeWaitShutdown int
 	Goroutines       int // peak sampled during the window
 	Threads          int // peak OS threads of the process, sampled during the window
+}
+
+// CPUPerProbe is the prober's CPU time per probe delivered.
+func (r SchedRow) CPUPerProbe() time.Duration {
+	if r.ProbesPerSec == 0 {
+		return 0
+	}
+	return time.Duration(r.Cores / r.ProbesPerSec * float64(time.Second))
 }
 
 func (r SchedRow) FalseFailures() int {
@@ -99,7 +119,7 @@ func (r *recorder) record(lag, latency time.Duration, failure string) {
 // runLoad starts the servers, lets start(ctx) run the load through the warm-up
 // and the measured window, and returns the figures.
 func runLoad(name string, cfg SchedConfig, start func(ctx context.Context, targets []probes.Target, rec *recorder) (wait func(), err error)) (*SchedRow, error) {
-	srv, err := startChild("tcp", cfg.Listeners)
+	srv, err := startChild("tcp", cfg.Listeners, cfg.Placement)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +150,12 @@ func runLoad(name string, cfg SchedConfig, start func(ctx context.Context, targe
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Profile != nil {
+		if err := pprof.StartCPUProfile(cfg.Profile); err != nil {
+			return nil, err
+		}
+	}
+	soft0 := softirqTicks()
 	u0, s0 := cpuTime()
 	t0 := time.Now()
 	rec.measuring.Store(true)
@@ -142,6 +168,10 @@ func runLoad(name string, cfg SchedConfig, start func(ctx context.Context, targe
 	rec.measuring.Store(false)
 	elapsed := time.Since(t0)
 	u1, s1 := cpuTime()
+	soft1 := softirqTicks()
+	if cfg.Profile != nil {
+		pprof.StopCPUProfile()
+	}
 	srvCPU1, err := srv.CPU()
 	if err != nil {
 		return nil, err
@@ -162,10 +192,13 @@ func runLoad(name string, cfg SchedConfig, start func(ctx context.Context, targe
 	slices.Sort(lags)
 	row := &SchedRow{
 		Name:             name,
+		Placement:        cfg.Placement,
 		Probes:           len(lags),
 		ProbesPerSec:     float64(len(lags)) / elapsed.Seconds(),
 		Cores:            (u1 - u0 + s1 - s0).Seconds() / elapsed.Seconds(),
+		UserCores:        (u1 - u0).Seconds() / elapsed.Seconds(),
 		ServerCores:      (srvCPU1 - srvCPU0).Seconds() / elapsed.Seconds(),
+		SoftirqCores:     (soft1 - soft0).Seconds() / elapsed.Seconds(),
 		LagP50:           percentile(lags, 0.50),
 		LagP99:           percentile(lags, 0.99),
 		Failures:         rec.failures,
