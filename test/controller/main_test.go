@@ -33,19 +33,21 @@ import (
 // namespace and starts its own controller.
 var controlPlane *harness.ControlPlane
 
+// apiServerFlags are the kube-apiserver flags of the suite's control plane,
+// and of those the scale benchmark starts. Dual-stack, so dual-stack
+// resources get both families; a /16 holds the benchmark's 10,000
+// single-stack Services (the /112 would hold as many of the other family).
+// OwnerReferencesPermissionEnforcement (on by default in OpenShift) makes
+// owner references need RBAC of their own.
+var apiServerFlags = map[string]string{
+	"service-cluster-ip-range": "10.96.0.0/16,fd00:10:96::/112",
+	"enable-admission-plugins": "OwnerReferencesPermissionEnforcement",
+}
+
 func TestMain(m *testing.M) {
 	os.Exit(harness.RunSuite(m, harness.SuiteOptions{
-		Name: "controller",
-		ControlPlane: harness.ControlPlaneOptions{
-			// Dual-stack, so dual-stack resources get both families, and
-			// large enough for the scale check.
-			// OwnerReferencesPermissionEnforcement (on by default in
-			// OpenShift) makes owner references need RBAC of their own.
-			ExtraAPIServerFlags: map[string]string{
-				"service-cluster-ip-range": "10.96.0.0/16,fd00:10:96::/112",
-				"enable-admission-plugins": "OwnerReferencesPermissionEnforcement",
-			},
-		},
+		Name:         "controller",
+		ControlPlane: harness.ControlPlaneOptions{ExtraAPIServerFlags: apiServerFlags},
 		Setup: func(_ context.Context, cp *harness.ControlPlane) (func(), error) {
 			controlPlane = cp
 			return nil, nil
