@@ -24,6 +24,11 @@
 // the objects it manages, and only those: its cache selects them by the
 // label app.kubernetes.io/managed-by=swh-controller).
 //
+// Every write sends a whole object, and a namespace's registry grows with
+// its resources, so a namespace's writes are spaced (GapPerService): a mass
+// creation costs a bounded number of bytes per second, not a write of the
+// whole registry per resource.
+//
 // Granting get on a Secret in a Role requires holding it (RBAC's escalation
 // check), so the controller holds get on secrets, never list or watch, and
 // neither escalate nor bind.

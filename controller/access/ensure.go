@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -100,44 +102,50 @@ func syncMeta(have, want client.Object) bool {
 // because it lost the label).
 func retriable(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
 
-// ensure creates or updates the object named like want to match it. The
-// first read is the cache's; a retry reads the API server.
-func ensure[T client.Object](ctx context.Context, r *Reconciler, ops kindOps[T], want T) error {
+// ensure creates or updates the object named like want to match it, and
+// reports whether it wrote. The first read is the cache's; a retry reads
+// the API server.
+func ensure[T client.Object](ctx context.Context, r *Reconciler, ops kindOps[T], want T) (bool, error) {
 	key := client.ObjectKeyFromObject(want)
 	var reader client.Reader = r.Client
+	wrote := false
 	err := retry.OnError(retry.DefaultRetry, retriable, func() error {
 		have := ops.empty()
 		err := reader.Get(ctx, key, have)
 		reader = r.APIReader
 		if apierrors.IsNotFound(err) {
+			wrote = true
 			return r.create(ctx, ops.kind, want)
 		}
 		if err != nil {
 			return err
 		}
+		before := describe(have)
 		changed, replace := ops.sync(have, want)
 		switch {
 		case replace:
 			// A finalizer would keep the old one after the deletion, and
 			// the create would never succeed.
+			wrote = true
 			if err := r.delete(ctx, ops.kind, have, "replaced: a field an update cannot change differs"); err != nil {
 				return err
 			}
 			return r.create(ctx, ops.kind, want)
 		case changed:
+			wrote = true
 			err := r.Client.Update(ctx, have)
 			r.Metrics.write(ops.kind, err)
 			if err != nil {
 				return err
 			}
-			log.FromContext(ctx).Info("updated "+ops.kind, "object", key.Name, "content", describe(want))
+			log.FromContext(ctx).Info("updated "+ops.kind, "object", key.Name, "content", describeChange(before, describe(want)))
 		}
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("writing %s %s: %w", ops.kind, key, err)
+		return wrote, fmt.Errorf("writing %s %s: %w", ops.kind, key, err)
 	}
-	return nil
+	return wrote, nil
 }
 
 func (r *Reconciler) create(ctx context.Context, kind string, want client.Object) error {
@@ -207,11 +215,60 @@ func (r *Reconciler) delete(ctx context.Context, kind string, have client.Object
 func describe(obj client.Object) any {
 	switch o := obj.(type) {
 	case *corev1.ConfigMap:
-		return o.Data
+		return registry(o.Data)
 	case *rbacv1.Role:
 		return o.Rules
 	case *rbacv1.RoleBinding:
 		return o.Subjects
 	}
 	return nil
+}
+
+// registry is a registry's content in the log: its size and a few names,
+// not thousands of entries on every write.
+type registry map[string]string
+
+// logNames bounds the Services a registry's log line names.
+const logNames = 10
+
+func (r registry) String() string {
+	names := slices.Sorted(maps.Keys(r))
+	if len(names) > logNames {
+		return fmt.Sprintf("%d Services: %s, …", len(names), strings.Join(names[:logNames], ", "))
+	}
+	return fmt.Sprintf("%d Services: %s", len(names), strings.Join(names, ", "))
+}
+
+// describeChange says what an update changed: for a registry, the Services
+// added and removed (a few of each), for the other kinds the new content.
+func describeChange(before, after any) any {
+	old, ok1 := before.(registry)
+	now, ok2 := after.(registry)
+	if !ok1 || !ok2 {
+		return after
+	}
+	var added, removed []string
+	for name, uid := range now {
+		if old[name] != uid {
+			added = append(added, name)
+		}
+	}
+	for name, uid := range old {
+		if now[name] != uid {
+			removed = append(removed, name)
+		}
+	}
+	return fmt.Sprintf("%d Services; registered %s; unregistered %s", len(now), someNames(added), someNames(removed))
+}
+
+// someNames lists a few sorted names and how many more there are.
+func someNames(names []string) string {
+	slices.Sort(names)
+	switch {
+	case len(names) == 0:
+		return "none"
+	case len(names) > logNames:
+		return fmt.Sprintf("%s and %d more", strings.Join(names[:logNames], ", "), len(names)-logNames)
+	}
+	return strings.Join(names, ", ")
 }
