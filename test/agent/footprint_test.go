@@ -25,12 +25,15 @@ import (
 // agentProcess is the swh-agent binary running for one node.
 type agentProcess struct{ cmd *exec.Cmd }
 
-func startAgentProcess(b *testing.B, node string) *agentProcess {
+// startAgentProcess starts bin/swh-agent for node; args come after the
+// defaults (no metrics, no health endpoints, errors only) and override them.
+func startAgentProcess(b *testing.B, node string, args ...string) *agentProcess {
 	binDir, err := harness.BinDir()
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir, "swh-agent"), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error")
+	args = append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}, args...)
+	cmd := exec.Command(filepath.Join(binDir, "swh-agent"), args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+controlPlane.Kubeconfig, "NODE_NAME="+node)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {

@@ -82,9 +82,19 @@ func startAgent(t testing.TB, node string) *agent {
 	a := &agent{node: node, registry: prometheus.NewRegistry()}
 	cfg := rest.CopyConfig(controlPlane.Config)
 	cfg.QPS, cfg.Burst = 20, 50 // swh-agent's defaults
+	// SWH_AGENT_COALESCE sets the agent's --coalesce, for the benchmarks
+	// (make bench-agent SWH_AGENT_COALESCE=10ms): the reaction's trade-off.
+	var coalesce time.Duration
+	if v := os.Getenv("SWH_AGENT_COALESCE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("SWH_AGENT_COALESCE=%q: want a duration such as 10ms", v)
+		}
+		coalesce = d
+	}
 	mgr, err := agentapp.NewManager(cfg, agentapp.Options{
 		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry,
-		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: time.Second},
+		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: time.Second, Coalesce: coalesce},
 	})
 	if err != nil {
 		t.Fatalf("creating the agent of %s: %v", node, err)

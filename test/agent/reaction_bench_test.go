@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -94,8 +95,8 @@ func BenchmarkAgentReaction(b *testing.B) {
 		time.Sleep(2 * period)
 		massWrites := a.sliceWrites(b) - before
 
-		fmt.Printf("agent reaction over %d failures (period %v, failureThreshold 1), with %d other resources on the node's agent (%d probes/s; set up in %v); load average %s:\n",
-			trials, period, load, load+pods, loadTook.Round(time.Second), loadAverage())
+		fmt.Printf("agent reaction over %d failures (period %v, failureThreshold 1, coalescing window %s), with %d other resources on the node's agent (%d probes/s; set up in %v); load average %s:\n",
+			trials, period, cmp.Or(os.Getenv("SWH_AGENT_COALESCE"), "30ms, the default"), load, load+pods, loadTook.Round(time.Second), loadAverage())
 		fmt.Printf("  probe result flipping the verdict -> slice change seen by a watch: %s  (goal: p99 under 50ms)\n", durationQuantiles(fromVerdict))
 		fmt.Printf("  backend failure -> slice change seen by a watch: %s  (includes the wait for the probe's turn, 0..%v)\n", durationQuantiles(fromFailure), period)
 		fmt.Printf("  slice writes per single endpoint change: %v (goal: 1)\n", writesPerChange)
