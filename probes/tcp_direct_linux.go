@@ -33,9 +33,10 @@ const directDialing = true
 // cancellation, as a net.Dialer would. Errors are *net.OpError as a
 // net.Dialer's ("dial tcp 10.0.0.1:80: connect: connection refused").
 func connectDirect(ctx context.Context, ap netip.AddrPort) error {
-	// As net does (Go issue 2690): a connect to a port of this machine
-	// with nothing listening can pick that very port as its own and
-	// connect to itself. Try again; a third self-connect is a refusal.
+	// As net does (selfConnect in its tcpsock_posix.go): a connect to a
+	// port of this machine with nothing listening can pick that very port
+	// as its own and connect to itself. Try again; a third self-connect is
+	// a refusal.
 	for range 3 {
 		err := connectOnce(ctx, ap)
 		if err != errSelfConnect {
