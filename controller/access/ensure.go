@@ -103,7 +103,8 @@ func syncMeta(have, want client.Object) bool {
 func retriable(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }
 
 // ensure creates or updates the object named like want to match it, and
-// reports whether it wrote. The first read is the cache's; a retry reads
+// reports whether a write succeeded (a failed one keeps its retries'
+// backoff instead of the write gap). The first read is the cache's; a retry reads
 // the API server.
 func ensure[T client.Object](ctx context.Context, r *Reconciler, ops kindOps[T], want T) (bool, error) {
 	key := client.ObjectKeyFromObject(want)
@@ -114,8 +115,9 @@ func ensure[T client.Object](ctx context.Context, r *Reconciler, ops kindOps[T],
 		err := reader.Get(ctx, key, have)
 		reader = r.APIReader
 		if apierrors.IsNotFound(err) {
-			wrote = true
-			return r.create(ctx, ops.kind, want)
+			err := r.create(ctx, ops.kind, want)
+			wrote = wrote || err == nil
+			return err
 		}
 		if err != nil {
 			return err
@@ -126,18 +128,19 @@ func ensure[T client.Object](ctx context.Context, r *Reconciler, ops kindOps[T],
 		case replace:
 			// A finalizer would keep the old one after the deletion, and
 			// the create would never succeed.
-			wrote = true
 			if err := r.delete(ctx, ops.kind, have, "replaced: a field an update cannot change differs"); err != nil {
 				return err
 			}
-			return r.create(ctx, ops.kind, want)
+			err := r.create(ctx, ops.kind, want)
+			wrote = wrote || err == nil
+			return err
 		case changed:
-			wrote = true
 			err := r.Client.Update(ctx, have)
 			r.Metrics.write(ops.kind, err)
 			if err != nil {
 				return err
 			}
+			wrote = true
 			log.FromContext(ctx).Info("updated "+ops.kind, "object", key.Name, "content", describeChange(before, describe(want)))
 		}
 		return nil

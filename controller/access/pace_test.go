@@ -2,6 +2,7 @@ package access
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
@@ -108,4 +110,38 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// TestFailedWriteIsNotPaced: a write that failed leaves no gap, so its
+// retry keeps controller-runtime's backoff instead of waiting the gap
+// (whose RequeueAfter would reset that backoff).
+func TestFailedWriteIsNotPaced(t *testing.T) {
+	ctx := context.Background()
+	web := resource("web")
+	failures := 1
+	r := fakeReconciler(t, &web, childService(&web))
+	r.Client = interceptor.NewClient(r.Client.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.ConfigMap); ok && failures > 0 {
+				failures--
+				return errors.New("refused")
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	r.GapPerService = time.Hour
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: "ns"}}
+	if _, err := r.Reconcile(ctx, req); err == nil {
+		t.Fatal("the refused create returned no error")
+	}
+	res, err := r.Reconcile(ctx, req)
+	if err != nil || res.RequeueAfter != 0 {
+		t.Fatalf("the retry: %+v, %v; want it to write at once", res, err)
+	}
+	res, err = r.Reconcile(ctx, req)
+	if err != nil || res.RequeueAfter != time.Hour {
+		t.Errorf("after the write: %+v, %v; want a wait of an hour", res, err)
+	}
 }

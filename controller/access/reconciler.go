@@ -30,7 +30,7 @@ type Reconciler struct {
 	// Metrics counts writes; nil counts nothing.
 	Metrics *Metrics
 	// GapPerService spaces a namespace's writes: after one, the next waits
-	// this long per Service the registry lists. Zero means
+	// this long per resource of the namespace. Zero means
 	// DefaultGapPerService; negative, no gap.
 	GapPerService time.Duration
 
