@@ -41,7 +41,7 @@ func TestWritesArePaced(t *testing.T) {
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: "ns", Name: ServicesConfigMap}, cm); err != nil {
 			t.Fatal(err)
 		}
-		return sortedKeys(cm.Data)
+		return slices.Sorted(maps.Keys(cm.Data))
 	}
 	reconcile := func(wantWait time.Duration, want ...string) {
 		t.Helper()
@@ -101,15 +101,6 @@ func TestRegistryLog(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, tc.got, tc.want)
 		}
 	}
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // TestFailedWriteIsNotPaced: a write that failed leaves no gap, so its

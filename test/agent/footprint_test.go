@@ -1,14 +1,11 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,34 +51,16 @@ func (p *agentProcess) stop() {
 
 // cpuSeconds is the process's user+system CPU time.
 func (p *agentProcess) cpuSeconds(b *testing.B) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Fields after the command name in parentheses: utime and stime are the
-	// 12th and 13th, in clock ticks (100 per second on Linux).
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100
+	return processCPU(b, p.cmd.Process.Pid, false)
 }
 
 // memoryKiB returns VmHWM (peak) and VmRSS.
 func (p *agentProcess) memoryKiB(b *testing.B) (peak, now int) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	kib, err := harness.ProcessMemoryKiB(p.cmd.Process.Pid, "VmHWM", "VmRSS")
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		for prefix, dst := range map[string]*int{"VmHWM:": &peak, "VmRSS:": &now} {
-			if rest, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-				*dst, _ = strconv.Atoi(strings.Fields(rest)[0])
-			}
-		}
-	}
-	return peak, now
+	return kib[0], kib[1]
 }
 
 // BenchmarkAgentFootprint runs the agent binary for a node with 110 pods x 3

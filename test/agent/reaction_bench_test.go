@@ -96,7 +96,7 @@ func BenchmarkAgentReaction(b *testing.B) {
 		massWrites := a.sliceWrites(b) - before
 
 		fmt.Printf("agent reaction over %d failures (period %v, failureThreshold 1, coalescing window %s), with %d other resources on the node's agent (%d probes/s; set up in %v); load average %s:\n",
-			trials, period, cmp.Or(os.Getenv("SWH_AGENT_COALESCE"), "30ms, the default"), load, load+pods, loadTook.Round(time.Second), loadAverage())
+			trials, period, cmp.Or(os.Getenv("SWH_AGENT_COALESCE"), "30ms, the default"), load, load+pods, loadTook.Round(time.Second), harness.LoadAverage())
 		fmt.Printf("  probe result flipping the verdict -> slice change seen by a watch: %s  (goal: p99 under 50ms)\n", durationQuantiles(fromVerdict))
 		fmt.Printf("  backend failure -> slice change seen by a watch: %s  (includes the wait for the probe's turn, 0..%v)\n", durationQuantiles(fromFailure), period)
 		fmt.Printf("  slice writes per single endpoint change: %v (goal: 1)\n", writesPerChange)
@@ -191,8 +191,15 @@ func watchReady(ctx context.Context, b *testing.B, ns, name string) *readyWatch 
 	return &readyWatch{w: w, slices: map[string]*discoveryv1.EndpointSlice{}}
 }
 
-// until returns when the watch delivered the event after which want holds.
+// until returns when the watch delivered the event after which want holds
+// of the ready endpoints (by pod name).
 func (r *readyWatch) until(b *testing.B, want func(map[string]bool) bool) time.Time {
+	return r.untilPort(b, "", want)
+}
+
+// untilPort is until for the endpoints of the slices of one port; "" is
+// every port.
+func (r *readyWatch) untilPort(b *testing.B, port string, want func(map[string]bool) bool) time.Time {
 	timeout := time.After(30 * time.Second)
 	for {
 		select {
@@ -212,6 +219,9 @@ func (r *readyWatch) until(b *testing.B, want func(map[string]bool) bool) time.T
 			}
 			ready := map[string]bool{}
 			for _, sl := range r.slices {
+				if port != "" && !slices.ContainsFunc(sl.Ports, func(p discoveryv1.EndpointPort) bool { return p.Name != nil && *p.Name == port }) {
+					continue
+				}
 				for _, ep := range sl.Endpoints {
 					if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
 						ready[ep.TargetRef.Name] = true
@@ -222,7 +232,7 @@ func (r *readyWatch) until(b *testing.B, want func(map[string]bool) bool) time.T
 				return at
 			}
 		case <-timeout:
-			b.Fatal("the slice change did not come within 30 s")
+			b.Fatalf("the slice change (port %q) did not come within 30 s", port)
 		}
 	}
 }
@@ -236,12 +246,4 @@ func durationQuantiles(ds []time.Duration) string {
 		return s[min(len(s)-1, int(p*float64(len(s))))].Round(100 * time.Microsecond)
 	}
 	return fmt.Sprintf("p50 %v  p99 %v  max %v", q(0.5), q(0.99), s[len(s)-1].Round(100*time.Microsecond))
-}
-
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	return strings.Join(strings.Fields(string(data))[:3], " ")
 }

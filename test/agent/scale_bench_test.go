@@ -22,7 +22,6 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -120,7 +119,7 @@ func BenchmarkAgentScale(b *testing.B) {
 		}
 		srv := startPodHTTP(b, scaleWebPort, scaleAdminPort, scaleMetricsPort)
 		fmt.Printf("agent at scale: bin/swh-agent for one node with %d pods in apps of %d, one resource each with ports web, admin and metrics and one probe per port (period 1 s, timeout 1 s), real HTTP listeners on every pod address; one load at a time, each with a fresh agent, measured over %v after a warm-up of %v; load average %s:\n",
-			pods, scalePodsPerApp, window, warmUp, loadAverage())
+			pods, scalePodsPerApp, window, warmUp, harness.LoadAverage())
 
 		// Without load: the flipped pods alone on a node of their own.
 		var quietFail, quietPass []time.Duration
@@ -258,7 +257,7 @@ func BenchmarkAgentScale(b *testing.B) {
 				b.ReportMetric(p99ms(append(loadFail, loadPass...)), "ms-p99-verdict-to-watch-load")
 			}
 		}
-		fmt.Printf("  load average %s; the benchmark took %v\n", loadAverage(), time.Since(started).Round(time.Second))
+		fmt.Printf("  load average %s; the benchmark took %v\n", harness.LoadAverage(), time.Since(started).Round(time.Second))
 	}
 }
 
@@ -480,23 +479,11 @@ func (a *scaleAgent) measure(b *testing.B, window time.Duration, backendCPU func
 // processCPU is a process's user+system CPU time in seconds, with that of
 // its waited-for children when children is set.
 func processCPU(b *testing.B, pid int, children bool) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	v, err := harness.ProcessCPU(pid, children)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// After the command name in parentheses: utime, stime, cutime and
-	// cstime are the 12th to 15th fields, in clock ticks (100 a second).
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	last := 12
-	if children {
-		last = 14
-	}
-	total := 0.0
-	for _, f := range fields[11 : last+1] {
-		v, _ := strconv.ParseFloat(f, 64)
-		total += v
-	}
-	return total / 100
+	return v
 }
 
 // postmasterPID reads the server's PID from its data folder.
@@ -618,45 +605,6 @@ func flipTrials(ctx context.Context, b *testing.B, ns string, srv *podHTTP, vict
 		time.Sleep(gap)
 	}
 	return toFail, toPass
-}
-
-// untilPort is until for the endpoints of the slices of one port.
-func (r *readyWatch) untilPort(b *testing.B, port string, want func(map[string]bool) bool) time.Time {
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case ev, ok := <-r.w.ResultChan():
-			if !ok {
-				b.Fatal("the slice watch ended")
-			}
-			at := time.Now()
-			s, isSlice := ev.Object.(*discoveryv1.EndpointSlice)
-			if !isSlice {
-				continue
-			}
-			if ev.Type == watch.Deleted {
-				delete(r.slices, s.Name)
-			} else {
-				r.slices[s.Name] = s
-			}
-			ready := map[string]bool{}
-			for _, sl := range r.slices {
-				if !slices.ContainsFunc(sl.Ports, func(p discoveryv1.EndpointPort) bool { return p.Name != nil && *p.Name == port }) {
-					continue
-				}
-				for _, ep := range sl.Endpoints {
-					if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-						ready[ep.TargetRef.Name] = true
-					}
-				}
-			}
-			if want(ready) {
-				return at
-			}
-		case <-timeout:
-			b.Fatalf("the slice change of port %s did not come within 30 s", port)
-		}
-	}
 }
 
 func envInt(b *testing.B, name string, def int) int {

@@ -1,10 +1,8 @@
 package controller_test
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -270,55 +268,18 @@ func (m metrics) byLabel(name, label string) string {
 
 // procStatusKiB returns a field of /proc/<pid>/status in KiB (VmRSS, VmHWM).
 func procStatusKiB(b *testing.B, pid int, field string) int {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	kib, err := harness.ProcessMemoryKiB(pid, field)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")))
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb
-		}
-	}
-	b.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return kib[0]
 }
 
-// cpuSeconds returns the CPU time (user and system) a process has used:
-// fields 14 and 15 of /proc/<pid>/stat, in clock ticks of 1/100 s (Linux's
-// USER_HZ).
+// cpuSeconds returns the CPU time (user and system) a process has used.
 func cpuSeconds(b *testing.B, pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	v, err := harness.ProcessCPU(pid, false)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(f) < 13 {
-		b.Fatalf("/proc/%d/stat: too few fields", pid)
-	}
-	utime, err1 := strconv.ParseFloat(f[11], 64)
-	stime, err2 := strconv.ParseFloat(f[12], 64)
-	if err := errors.Join(err1, err2); err != nil {
-		b.Fatalf("/proc/%d/stat: %v", pid, err)
-	}
-	return (utime + stime) / 100
-}
-
-// loadAverage returns the machine's load averages over 1, 5 and 15 minutes.
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], ", ")
+	return v
 }

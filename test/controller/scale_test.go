@@ -240,7 +240,7 @@ func controllerPhase(b *testing.B, ctx context.Context, bin string, n int, stead
 	p.stop(b)
 	run.configMap = accessConfigMap(ctx, cp, n)
 	run.written = readSamples(b, ctx, cp, samples)
-	run.machineLoad = loadAverage()
+	run.machineLoad = harness.LoadAverage()
 	if err := cp.Stop(); err != nil {
 		b.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func rawPhase(b *testing.B, ctx context.Context, n int, limits clientLimits, sam
 		b.Fatalf("the raw client sent %d writes, want %d", run.writes, want)
 	}
 	run.written = readSamples(b, ctx, cp, samples)
-	run.machineLoad = loadAverage()
+	run.machineLoad = harness.LoadAverage()
 	if err := cp.Stop(); err != nil {
 		b.Fatal(err)
 	}
