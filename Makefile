@@ -100,6 +100,10 @@ bench-agent: tools build ## Agent reaction time, slice writes per change, footpr
 test: ## Run every test: unit tests, then the integration suites in a private network namespace.
 	@hack/test.sh
 
+.PHONY: test-fresh
+test-fresh: ## Run `make test` as a fresh machine would: a clean clone of HEAD, empty Go caches, no bin/; prints each step's time.
+	@hack/fresh-check.sh make test
+
 # Each proxy mode gets a fresh run of its own private namespace (hack/netns.sh):
 # the world with the bridge and control plane, node, pod and client
 # namespaces inside it. Nothing runs in the host's network namespace.

@@ -56,10 +56,16 @@ hack/build-tools.sh kube-apiserver etcd controller-gen helm kube-controller-mana
 
 step "downloading modules (the network namespace has no registry)"
 # Module lists from versions.yaml; the unit tests are those of the released
-# modules (test/ and test/peers run below).
+# modules (test/ and test/peers run below). Two module graphs are built
+# offline: the workspace's (go.work picks the highest version any module
+# asks for) and each module's own (GOWORK=off: hack/build-release.sh, the
+# images and the release suite build that way), whose versions can be lower.
+# A warm machine's cache hides a missing one; hack/fresh-check.sh does not.
 all_modules=$(hack/modules.sh list)
 released_modules=$(hack/modules.sh list libraries binaries)
-for m in $all_modules; do (cd "$m" && go mod download); done
+for m in $all_modules; do
+  (cd "$m" && go mod download && GOWORK=off go mod download)
+done
 
 step "unit tests of every module"
 for m in $released_modules; do
