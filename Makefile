@@ -77,8 +77,8 @@ images: ## Build the controller, agent, test workload and pause images as OCI ta
 
 .PHONY: run
 run: ## Start the local sandbox: control plane, controller, 3 agents, real backends, a live view (docs/sandbox.md).
-	@echo ">> control plane: kube-apiserver and etcd (built from source the first time, about five minutes)"
-	@hack/build-tools.sh kube-apiserver etcd
+	@echo ">> control plane: kube-apiserver, etcd and kube-controller-manager (built from source the first time, about ten minutes)"
+	@hack/build-tools.sh kube-apiserver etcd kube-controller-manager
 	@echo ">> swh-controller and swh-agent"
 	@$(MAKE) --no-print-directory build
 	@echo ">> swh-sandbox"

@@ -24,6 +24,13 @@ const (
 	// resource does not control it (no AnnotationAdopt, or another
 	// controller owns it). The controller leaves it alone.
 	ReasonServiceNotOwned = "ServiceNotOwned"
+	// ReasonAwaitingGarbageCollection (False): the Service of that name
+	// is still controlled by a deleted ServiceWithHealthchecks of the same
+	// name (the resource was deleted and created again at once: kubectl
+	// replace --force, a GitOps tool). The garbage collector deletes it and
+	// its slices; the controller then creates the Service again. Not a
+	// Warning: it is how Kubernetes deletes dependents.
+	ReasonAwaitingGarbageCollection = "AwaitingGarbageCollection"
 	// ReasonServiceRejected (False): the API server refused the child
 	// Service (the message says why). It is retried when the resource
 	// changes; meanwhile the Service stays as last applied.

@@ -16,7 +16,7 @@ import (
 // +kubebuilder:resource:shortName=swh,categories=all
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
 // +kubebuilder:printcolumn:name="Cluster-IP",type=string,JSONPath=`.status.clusterIP`
-// +kubebuilder:printcolumn:name="Ports",type=string,JSONPath=`.spec.ports[*].port`
+// +kubebuilder:printcolumn:name="Ports",type=string,JSONPath=`.status.servicePorts`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.ready`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (at most 63 lowercase letters, digits and '-', starting with a letter), because it names the Service"
@@ -74,6 +74,13 @@ type ServiceWithHealthchecksStatus struct {
 	// Ready is ReadyEndpoints/TotalEndpoints, for the printer column.
 	// +optional
 	Ready string `json:"ready,omitempty"`
+
+	// ServicePorts lists every port of the child Service as kubectl get
+	// service prints them (443/TCP,9000/TCP; 80:30080/TCP with a node port),
+	// for the printer column: a column's JSONPath shows only its first
+	// match.
+	// +optional
+	ServicePorts string `json:"servicePorts,omitempty"`
 
 	// ClusterIP is copied from the child Service.
 	// +optional

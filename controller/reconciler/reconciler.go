@@ -56,6 +56,11 @@ const forbiddenRetry = time.Minute
 // built-in controller's slices are looked for again.
 const builtinRecheck = 5 * time.Second
 
+// garbageCollectionRecheck is how often a resource waiting for the garbage
+// collector to delete its previous incarnation's Service looks again, in
+// case the deletion event was missed.
+const garbageCollectionRecheck = 5 * time.Second
+
 // serviceState is what syncService found and did.
 type serviceState struct {
 	svc  *corev1.Service
@@ -159,6 +164,15 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 
 	adopting := false
 	if svc != nil && !ownedBy(svc, swh) {
+		if prev := previousIncarnation(svc, swh); prev != nil {
+			// Deleted and created again before the garbage collector got
+			// to the Service: it deletes the Service and its slices, whose
+			// deletion wakes this resource (and so does the recheck).
+			cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonAwaitingGarbageCollection
+			cond.Message = fmt.Sprintf("Service %s still belongs to a deleted ServiceWithHealthchecks of this name (uid %s); "+
+				"waiting for the garbage collector (kube-controller-manager) to delete it, then it is created again", swh.Name, prev.UID)
+			return serviceState{svc: svc, cond: cond, after: garbageCollectionRecheck}, nil
+		}
 		if swh.Annotations[swhv1alpha1.AnnotationAdopt] != "true" {
 			cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonServiceNotOwned
 			cond.Message = fmt.Sprintf("Service %s exists and is not controlled by this resource; set the annotation %s: \"true\" to adopt it", swh.Name, swhv1alpha1.AnnotationAdopt)
@@ -415,7 +429,7 @@ func (r *Reconciler) eventOnTransition(swh *swhv1alpha1.ServiceWithHealthchecks,
 		return // ServiceDriftReverted told the removal
 	}
 	kind := corev1.EventTypeNormal
-	if cond.Status == metav1.ConditionFalse {
+	if cond.Status == metav1.ConditionFalse && cond.Reason != swhv1alpha1.ReasonAwaitingGarbageCollection {
 		kind = corev1.EventTypeWarning
 	}
 	r.Recorder.Eventf(swh, nil, kind, cond.Reason, "SyncService", "%s", eventNote(cond.Message))

@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
@@ -150,4 +152,19 @@ func ownedBy(svc *corev1.Service, swh *swhv1alpha1.ServiceWithHealthchecks) bool
 		}
 	}
 	return false
+}
+
+// previousIncarnation returns the controller reference of a Service that
+// belongs to an earlier ServiceWithHealthchecks of the same name: one with
+// another UID. Names are unique in a namespace, so that object is gone; the
+// garbage collector deletes what it owned.
+func previousIncarnation(svc *corev1.Service, swh *swhv1alpha1.ServiceWithHealthchecks) *metav1.OwnerReference {
+	ref := metav1.GetControllerOf(svc)
+	if ref == nil || ref.Kind != "ServiceWithHealthchecks" || ref.Name != swh.Name || ref.UID == swh.UID {
+		return nil
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != swhv1alpha1.GroupVersion.Group {
+		return nil
+	}
+	return ref
 }

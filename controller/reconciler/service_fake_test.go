@@ -208,6 +208,14 @@ func TestAdoption(t *testing.T) {
 			objs:       []client.Object{webResource(adopt), plainService("shop"), builtinSlice(), webPod()},
 			wantReason: swhv1alpha1.ReasonServiceNotOwned, wantMessage: "controlled by Deployment shop",
 			wantEvent: "Warning ServiceNotOwned", wantBuiltin: true},
+		{name: "a deleted resource's of the same name: waits for the garbage collector, untouched, no Warning",
+			objs:       []client.Object{webResource(nil), deletedResourcesService(), builtinSlice(), webPod()},
+			wantReason: swhv1alpha1.ReasonAwaitingGarbageCollection, wantMessage: "waiting for the garbage collector",
+			wantEvent: "Normal AwaitingGarbageCollection", wantBuiltin: true},
+		{name: "a deleted resource's, annotated: waits too, not adopted",
+			objs:       []client.Object{webResource(adopt), deletedResourcesService(), builtinSlice(), webPod()},
+			wantReason: swhv1alpha1.ReasonAwaitingGarbageCollection, wantMessage: "uid-web-before",
+			wantEvent: "Normal AwaitingGarbageCollection", wantBuiltin: true},
 		{name: "annotated, pods selected: adopting, the built-in slices stay",
 			objs:       []client.Object{webResource(adopt), plainService(""), builtinSlice(), webPod()},
 			wantReason: swhv1alpha1.ReasonAdopting, wantEvent: "Normal Adopting", wantAdopted: true, wantBuiltin: true},
@@ -267,4 +275,13 @@ func TestAdoption(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deletedResourcesService is the Service web of a resource web that was
+// deleted (another UID), before the garbage collector deleted the Service.
+func deletedResourcesService() *corev1.Service {
+	svc := plainService("")
+	svc.OwnerReferences = []metav1.OwnerReference{{APIVersion: swhv1alpha1.GroupVersion.String(), Kind: "ServiceWithHealthchecks",
+		Name: "web", UID: "uid-web-before", Controller: new(true), BlockOwnerDeletion: new(true)}}
+	return svc
 }

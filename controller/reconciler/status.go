@@ -3,6 +3,7 @@ package reconciler
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -73,7 +74,9 @@ func computeStatus(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service
 		ObservedGeneration: swh.Generation,
 		Conditions:         append([]metav1.Condition(nil), swh.Status.Conditions...),
 	}
+	st.ServicePorts = specPortsColumn(swh.Spec.Ports)
 	if svc != nil && ownedBy(svc, swh) {
+		st.ServicePorts = servicePortsColumn(svc.Spec.Ports)
 		st.ClusterIP = svc.Spec.ClusterIP
 		st.ClusterIPs = append([]string(nil), svc.Spec.ClusterIPs...)
 		st.LoadBalancer = *svc.Status.LoadBalancer.DeepCopy()
@@ -110,6 +113,34 @@ func computeStatus(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service
 	meta.SetStatusCondition(&st.Conditions, endpointsCondition(swh, st))
 	sort.Slice(st.Conditions, func(i, j int) bool { return st.Conditions[i].Type < st.Conditions[j].Type })
 	return st
+}
+
+// servicePortsColumn prints ports as kubectl get service does (its
+// makePortString): port[:nodePort]/protocol, comma-separated.
+func servicePortsColumn(ports []corev1.ServicePort) string {
+	pieces := make([]string, len(ports))
+	for i, p := range ports {
+		protocol := p.Protocol
+		if protocol == "" {
+			protocol = corev1.ProtocolTCP
+		}
+		if p.NodePort > 0 {
+			pieces[i] = fmt.Sprintf("%d:%d/%s", p.Port, p.NodePort, protocol)
+		} else {
+			pieces[i] = fmt.Sprintf("%d/%s", p.Port, protocol)
+		}
+	}
+	return strings.Join(pieces, ",")
+}
+
+// specPortsColumn is servicePortsColumn of the spec's ports, shown until the
+// resource has a Service of its own.
+func specPortsColumn(ports []swhv1alpha1.ServicePort) string {
+	svcPorts := make([]corev1.ServicePort, len(ports))
+	for i, p := range ports {
+		svcPorts[i] = corev1.ServicePort{Port: p.Port, NodePort: p.NodePort, Protocol: p.Protocol}
+	}
+	return servicePortsColumn(svcPorts)
 }
 
 func endpointsCondition(swh *swhv1alpha1.ServiceWithHealthchecks, st swhv1alpha1.ServiceWithHealthchecksStatus) metav1.Condition {

@@ -20,6 +20,9 @@ const (
 var invalidCases = []invalidCase{
 	// The Service part.
 	{name: "ExternalName type", spec: "type: ExternalName\n" + okPorts, field: "spec.type", message: "ExternalName"},
+	// As an ExternalName Service is written: no selector, no ports. The
+	// missing required fields must not hide why the type is refused.
+	{name: "ExternalName manifest", spec: "type: ExternalName\nexternalName: db.example.com\n", field: "spec.type", message: "ExternalName"},
 	{name: "externalName set", spec: "externalName: db.example.com\n" + okPorts, field: "spec.externalName"},
 	{name: "no selector", spec: "ports: [{port: 80}]\n", field: "spec.selector"},
 	{name: "empty selector", spec: "ports: [{port: 80}]\nselector: {}\n", field: "spec.selector"},

@@ -27,6 +27,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -96,7 +98,7 @@ func start(t *testing.T) *sandbox {
 	if err != nil {
 		harness.Unavailable(t, err)
 	}
-	for _, name := range []string{"kube-apiserver", "etcd"} {
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller-manager"} {
 		if _, err := os.Stat(filepath.Join(binDir, name)); err != nil {
 			harness.Unavailable(t, fmt.Errorf("%w: %s not found in %s (make tools)", harness.ErrMissingDependency, name, binDir))
 		}
@@ -329,6 +331,20 @@ func TestSandbox(t *testing.T) {
 	app["app-api-node-2"], app["app-grpc-node-2"] = "app-0:TTF", "app-0:TTF"
 	s.waitSlices("after recovering", want)
 
+	// Deleted, the resource takes its Service and slices with it (the
+	// garbage collector); applied again, its slices follow the probes. The
+	// same when it is deleted and created at once (kubectl replace --force).
+	s.deleteResource(ctx, "web", true)
+	s.waitSlices("web deleted and applied again", want)
+	s.deleteResource(ctx, "web", false)
+	s.waitSlices("web replaced at once", want)
+	s.send("fail vm-0:http")
+	web["web-node-1"] = "vm-0:FFF"
+	s.waitSlices("web failing on vm-0 after the replace", want)
+	s.send("recover vm-0:http")
+	web["web-node-1"] = "vm-0:TTF"
+	s.waitSlices("web recovered after the replace", want)
+
 	// kubectl on the host reaches the sandbox with the kubeconfig it wrote.
 	if kubectl, err := exec.LookPath("kubectl"); err == nil {
 		out, err := exec.Command(kubectl, "--kubeconfig", filepath.Join(s.out, "kubeconfig"), "get", "swh,endpointslices", "-A").CombinedOutput()
@@ -407,6 +423,55 @@ func TestSandbox(t *testing.T) {
 			t.Errorf("processes left: %v", left)
 		}
 	}
+}
+
+// deleteResource deletes a resource and creates it again from the same
+// spec, as kubectl delete and apply (waitGone) or kubectl replace --force
+// (at once) do, and waits until its Service is the new resource's.
+func (s *sandbox) deleteResource(ctx context.Context, name string, waitGone bool) {
+	s.t.Helper()
+	old := &swhv1alpha1.ServiceWithHealthchecks{}
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, old); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.c.Delete(ctx, old); err != nil {
+		s.t.Fatal(err)
+	}
+	if waitGone {
+		harness.Eventually(s.t, 45*time.Second, name+"'s Service and slices collected", func() error {
+			err := s.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &corev1.Service{})
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("Service %s: %v", name, err)
+			}
+			left, err := s.slices(ctx, name)
+			if err != nil {
+				return err
+			}
+			if len(left) > 0 {
+				return fmt.Errorf("slices left: %v", left)
+			}
+			return nil
+		})
+	}
+	again := &swhv1alpha1.ServiceWithHealthchecks{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: old.Labels, Annotations: old.Annotations},
+		Spec:       old.Spec,
+	}
+	// At once, the deletion may still be under way (finalizers, the cache):
+	// created as soon as the name is free.
+	harness.Eventually(s.t, 30*time.Second, name+" created again", func() error {
+		return s.c.Create(ctx, again)
+	})
+	harness.Eventually(s.t, 45*time.Second, name+"'s Service owned by the new resource", func() error {
+		svc := &corev1.Service{}
+		if err := s.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, svc); err != nil {
+			return err
+		}
+		if ref := metav1.GetControllerOf(svc); ref == nil || ref.UID != again.UID {
+			return fmt.Errorf("Service controlled by %v, want %s", ref, again.UID)
+		}
+		return nil
+	})
 }
 
 // processesMentioning lists the processes whose command line mentions one

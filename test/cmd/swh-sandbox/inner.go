@@ -100,6 +100,22 @@ func serve(ctx context.Context, stop context.CancelFunc, opts options, apiListen
 			progress("%v", err)
 		}
 	}()
+	// The controllers every cluster runs that the sandbox's objects need:
+	// without the garbage collector a deleted resource leaves its Service
+	// and slices behind, and applying it again finds them owned by the
+	// deleted one.
+	progress("starting kube-controller-manager: the garbage collector and the namespace controller")
+	kcm, err := harness.StartControllerManager(cp, harness.ControllerManagerOptions{
+		Controllers: []string{"garbagecollector", "namespace"},
+		LogPath:     filepath.Join(opts.logDir(), "kube-controller-manager.log"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		progress("stopping kube-controller-manager")
+		kcm.Stop()
+	}()
 	apiAddr, err := url.Parse(cp.Config.Host)
 	if err != nil {
 		return fmt.Errorf("parsing the API server's address %q: %w", cp.Config.Host, err)

@@ -1,0 +1,124 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ControllerManager is a kube-controller-manager process running some of
+// upstream's controllers against a ControlPlane: the garbage collector that
+// deletes a resource's Service and slices after it, the namespace
+// controller, the disruption controller. A cluster always runs them; a test
+// or the sandbox that leaves them out behaves like no cluster does.
+type ControllerManager struct {
+	cmd *exec.Cmd
+	log *os.File
+	// tempLog: the log is a temporary file Stop removes.
+	tempLog bool
+	exited  chan struct{}
+	err     error
+}
+
+// ControllerManagerOptions configures StartControllerManager.
+type ControllerManagerOptions struct {
+	// Controllers are the names given to --controllers, for example
+	// "garbagecollector" and "namespace".
+	Controllers []string
+	// BinDir holds kube-controller-manager; empty means BinDir().
+	BinDir string
+	// LogPath is where its output goes; empty means a temporary file
+	// removed on Stop.
+	LogPath string
+	// ExtraArgs are added to its command line.
+	ExtraArgs []string
+}
+
+// StartControllerManager starts kube-controller-manager with the controllers
+// asked for, as the control plane's administrator, without leader election
+// or a serving port.
+func StartControllerManager(cp *ControlPlane, opts ControllerManagerOptions) (*ControllerManager, error) {
+	if len(opts.Controllers) == 0 {
+		return nil, errors.New("kube-controller-manager: no controllers asked for")
+	}
+	bin := opts.BinDir
+	if bin == "" {
+		var err error
+		if bin, err = BinDir(); err != nil {
+			return nil, err
+		}
+	}
+	path := filepath.Join(bin, "kube-controller-manager")
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("%w: %s (hack/build-tools.sh kube-controller-manager)", ErrMissingDependency, path)
+	}
+	var logFile *os.File
+	var err error
+	if opts.LogPath != "" {
+		logFile, err = os.Create(opts.LogPath)
+	} else {
+		logFile, err = os.CreateTemp("", "swh-kube-controller-manager-*.log")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kube-controller-manager's log: %w", err)
+	}
+	args := append([]string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--controllers=" + strings.Join(opts.Controllers, ","),
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--v=1",
+	}, opts.ExtraArgs...)
+	cmd := exec.Command(path, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	m := &ControllerManager{cmd: cmd, log: logFile, tempLog: opts.LogPath == "", exited: make(chan struct{})}
+	go func() {
+		m.err = cmd.Wait()
+		close(m.exited)
+	}()
+	return m, nil
+}
+
+// Running reports an error when the process has exited, with the last lines
+// of its log.
+func (m *ControllerManager) Running() error {
+	select {
+	case <-m.exited:
+		data, _ := os.ReadFile(m.log.Name())
+		if len(data) > 2000 {
+			data = data[len(data)-2000:]
+		}
+		return fmt.Errorf("kube-controller-manager exited (%v):\n%s", m.err, data)
+	default:
+		return nil
+	}
+}
+
+// Stop ends the process (SIGTERM, then SIGKILL after 10 s) and removes its
+// log unless ControllerManagerOptions.LogPath named it.
+func (m *ControllerManager) Stop() {
+	select {
+	case <-m.exited:
+	default:
+		_ = m.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-m.exited:
+		case <-time.After(10 * time.Second):
+			_ = m.cmd.Process.Kill()
+			<-m.exited
+		}
+	}
+	_ = m.log.Close()
+	if m.tempLog {
+		_ = os.Remove(m.log.Name())
+	}
+}
