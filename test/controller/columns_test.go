@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,7 +60,7 @@ func TestPrinterColumnsShowEveryPort(t *testing.T) {
 				t.Fatal(err)
 			}
 			url := fmt.Sprintf("%s/apis/%s/namespaces/%s/servicewithhealthchecks/%s",
-				controlPlane.Config.Host, swhv1alpha1.GroupVersion, ns, tt.name)
+				strings.TrimSuffix(controlPlane.Config.Host, "/"), swhv1alpha1.GroupVersion, ns, tt.name)
 			harness.Eventually(t, 20*time.Second, "the Ports column", func() error {
 				got, err := tableCell(ctx, httpClient, url, "Ports")
 				if err != nil {
