@@ -208,7 +208,10 @@ func listenerConnected(host, from string) func(t *testing.T) (int, netip.AddrPor
 	}
 }
 
-// boundSocket returns a blocking TCP socket bound to ap, closed with t.
+// boundSocket returns a blocking TCP socket bound to ap, closed with t. It
+// closes with a reset, leaving no TIME_WAIT behind to hold its address and
+// port (a later listener may get the same port, and a later test bind to
+// it).
 func boundSocket(t *testing.T, ap netip.AddrPort) int {
 	t.Helper()
 	family := syscall.AF_INET
@@ -220,6 +223,12 @@ func boundSocket(t *testing.T, ap netip.AddrPort) int {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.SetsockoptLinger(fd, syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Bind(fd, sockaddrOf(ap)); err != nil {
 		t.Fatalf("binding to %v: %v", ap, err)
 	}
