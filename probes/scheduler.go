@@ -41,8 +41,8 @@ type Job struct {
 	// disabled, the first probe comes at a random point of the period that
 	// follows it, so that targets added together spread out.
 	InitialDelay time.Duration
-	// Group names whose share of the concurrency slots the key's probes
-	// take, under SchedulerOptions.MaxConcurrentPerGroup: a tenant, say.
+	// Group is the group whose share of the concurrency slots the key's
+	// probes take (SchedulerOptions.MaxConcurrentPerGroup): a tenant, say.
 	// Keys of one group share its slots; "" is a group like any other.
 	Group string
 }
