@@ -52,7 +52,10 @@
 // as kubelet does. A Scheduler runs jobs (a prober, a target, a period, a
 // timeout, an initial delay) under keys of any comparable type, with jitter,
 // bounded concurrency and no overlap of a key with itself, and delivers
-// results to a callback. It keeps all keys in one timer heap served by one
+// results to a callback. It keeps all keys in timer heaps served by one
 // goroutine, so tens of thousands of keys cost little more than their
-// probes.
+// probes. Jobs may name a group (a tenant, say) and the Scheduler bound the
+// probes in flight of one group (SchedulerOptions.MaxConcurrentPerGroup),
+// so that one group's probes hanging against servers that never answer
+// cannot take every slot: the other groups' probes still run on time.
 package probes

@@ -139,13 +139,17 @@ func ExampleScheduler() {
 			results <- fmt.Sprintf("%s/%s: %s (%s), healthy=%v changed=%v", r.Key.pod, r.Key.port, r.Result.Status, r.Result.Reason, healthy, changed)
 		},
 		MaxConcurrent: 100,
+		// One tenant whose probes hang holds 25 slots at most; the
+		// others' probes keep running on time in the other 75.
+		MaxConcurrentPerGroup: 25,
 	})
 	if err != nil {
 		panic(err)
 	}
 	k := key{"web-0", "http"}
 	trackers[k], _ = probes.NewTracker(probes.TrackerConfig{})
-	if err := s.Add(k, probes.Job{Prober: tcp, Target: target, Period: 20 * time.Millisecond, Timeout: time.Second}); err != nil {
+	job := probes.Job{Prober: tcp, Target: target, Period: 20 * time.Millisecond, Timeout: 10 * time.Millisecond, Group: "tenant-a"}
+	if err := s.Add(k, job); err != nil {
 		panic(err)
 	}
 

@@ -14,7 +14,9 @@ import (
 // flight costs a goroutine and a socket; none exist between probes. Size it
 // as probes per second times the time a probe may take: 10,000 targets at a
 // 1 s period whose probes take 1 ms need 10, but 10% of them timing out
-// after 1 s need 1,000.
+// after 1 s need 1,000. The slots are shared: see
+// SchedulerOptions.MaxConcurrentPerGroup for keeping one group's slow probes
+// from taking them all.
 const DefaultMaxConcurrent = 1024
 
 // minSleep is the shortest sleep of the scheduling loop. A wake-up costs
@@ -39,6 +41,10 @@ type Job struct {
 	// disabled, the first probe comes at a random point of the period that
 	// follows it, so that targets added together spread out.
 	InitialDelay time.Duration
+	// Group is the group whose share of the concurrency slots the key's
+	// probes take (SchedulerOptions.MaxConcurrentPerGroup): a tenant, say.
+	// Keys of one group share its slots; "" is a group like any other.
+	Group string
 }
 
 func (j Job) validate() error {
@@ -82,6 +88,15 @@ type SchedulerOptions[K comparable] struct {
 	// DefaultMaxConcurrent. When it is reached, due probes wait: that shows
 	// as scheduling lag.
 	MaxConcurrent int
+	// MaxConcurrentPerGroup bounds the probes in flight of one group
+	// (Job.Group), so that a group whose probes are slow or hang (targets
+	// that accept and never answer, under long timeouts) cannot hold every
+	// slot: past its bound its own due probes wait, as lag of its own, and
+	// the slots it cannot take stay for the other groups, whose probes run
+	// on time as long as fewer than MaxConcurrent/MaxConcurrentPerGroup
+	// groups are at their bound. 0 means MaxConcurrent: groups are not
+	// bounded. It must not exceed MaxConcurrent.
+	MaxConcurrentPerGroup int
 	// NoJitter starts each job exactly InitialDelay after it was added.
 	NoJitter bool
 }
@@ -94,6 +109,7 @@ type SchedulerOptions[K comparable] struct {
 type Scheduler[K comparable] struct {
 	onResult func(Report[K])
 	slots    chan struct{} // a counting semaphore of probes in flight
+	perGroup int           // probes in flight of one group at most
 	noJitter bool
 	wake     chan struct{} // the earliest due time may have moved
 	epoch    time.Time     // due times are nanoseconds since epoch, on the monotonic clock
@@ -102,21 +118,26 @@ type Scheduler[K comparable] struct {
 
 	mu      sync.Mutex
 	entries map[K]*entry[K]
-	queue   dueHeap[K] // idle entries, earliest due first
+	groups  map[string]*group[K]
+	// ready holds the groups below their bound that have an idle entry,
+	// by their earliest due entry: the next probe to start is the head of
+	// its head.
+	ready   timeHeap[*group[K]]
 	started bool
 }
 
 type entry[K comparable] struct {
 	key     K
 	job     Job
+	group   *group[K]     // of job.Group
 	gen     atomic.Uint64 // bumped (under mu) by Update and Remove: older probes' results are dropped
 	jitter  float64       // where in its period the first probe falls, in [0, 1)
 	added   int64
-	next    int64 // when the next probe is due
-	lastDue int64 // when the last probe was due, if ran
-	ran     bool
-	index   int                // in queue; -1 while a probe runs
+	next    int64              // when the next probe is due
+	lastDue int64              // when the last probe was due, if ran
+	index   int                // in group.queue; -1 while a probe runs
 	cancel  context.CancelFunc // of the running probe; nil when idle
+	ran     bool
 	removed bool
 }
 
@@ -131,13 +152,23 @@ func NewScheduler[K comparable](opts SchedulerOptions[K]) (*Scheduler[K], error)
 	if opts.MaxConcurrent == 0 {
 		opts.MaxConcurrent = DefaultMaxConcurrent
 	}
+	switch {
+	case opts.MaxConcurrentPerGroup < 0:
+		return nil, fmt.Errorf("probes: scheduler MaxConcurrentPerGroup %d is negative", opts.MaxConcurrentPerGroup)
+	case opts.MaxConcurrentPerGroup > opts.MaxConcurrent:
+		return nil, fmt.Errorf("probes: scheduler MaxConcurrentPerGroup %d exceeds MaxConcurrent %d", opts.MaxConcurrentPerGroup, opts.MaxConcurrent)
+	case opts.MaxConcurrentPerGroup == 0:
+		opts.MaxConcurrentPerGroup = opts.MaxConcurrent
+	}
 	return &Scheduler[K]{
 		onResult: opts.OnResult,
 		slots:    make(chan struct{}, opts.MaxConcurrent),
+		perGroup: opts.MaxConcurrentPerGroup,
 		noJitter: opts.NoJitter,
 		wake:     make(chan struct{}, 1),
 		epoch:    time.Now(),
 		entries:  make(map[K]*entry[K]),
+		groups:   make(map[string]*group[K]),
 	}, nil
 }
 
@@ -155,14 +186,14 @@ func (s *Scheduler[K]) Add(key K, job Job) error {
 	if _, ok := s.entries[key]; ok {
 		return fmt.Errorf("probes: scheduler key %v exists", key)
 	}
-	e := &entry[K]{key: key, job: job, added: s.now()}
+	e := &entry[K]{key: key, job: job, added: s.now(), index: -1}
 	if !s.noJitter {
 		e.jitter = rand.Float64()
 	}
 	e.next = e.firstDue()
 	s.entries[key] = e
-	s.queue.push(e)
-	s.wakeIfFirst(e)
+	s.join(e)
+	s.enqueue(e)
 	return nil
 }
 
@@ -181,9 +212,18 @@ func (s *Scheduler[K]) Update(key K, job Job) error {
 	if !ok {
 		return fmt.Errorf("probes: scheduler key %v is unknown", key)
 	}
+	idle := e.cancel == nil
+	if idle {
+		s.dequeue(e)
+	}
+	if job.Group != e.job.Group {
+		s.leave(e)
+		e.job = job
+		s.join(e)
+	}
 	e.job = job
 	e.gen.Add(1)
-	if e.cancel != nil {
+	if !idle {
 		e.cancel() // requeued with the new job when the probe returns
 		return nil
 	}
@@ -193,8 +233,7 @@ func (s *Scheduler[K]) Update(key K, job Job) error {
 		e.next = e.firstDue()
 	}
 	e.next = max(e.next, s.now())
-	s.queue.fix(e.index)
-	s.wakeIfFirst(e)
+	s.enqueue(e)
 	return nil
 }
 
@@ -214,8 +253,9 @@ func (s *Scheduler[K]) Remove(key K) bool {
 	if e.cancel != nil {
 		e.cancel()
 	} else {
-		s.queue.remove(e.index)
+		s.dequeue(e)
 	}
+	s.leave(e)
 	return true
 }
 
@@ -230,12 +270,11 @@ func (e *entry[K]) firstDue() int64 {
 	return e.added + int64(e.job.InitialDelay) + int64(e.jitter*float64(e.job.Period))
 }
 
-func (s *Scheduler[K]) wakeIfFirst(e *entry[K]) {
-	if e.index == 0 {
-		select {
-		case s.wake <- struct{}{}:
-		default: // a wake-up is pending already
-		}
+// wakeRun tells Run that the earliest due time may have moved.
+func (s *Scheduler[K]) wakeRun() {
+	select {
+	case s.wake <- struct{}{}:
+	default: // a wake-up is pending already
 	}
 }
 
@@ -290,6 +329,7 @@ func (s *Scheduler[K]) Run(ctx context.Context) error {
 // dispatched is a probe taken off the queue.
 type dispatched[K comparable] struct {
 	e      *entry[K]
+	group  *group[K] // whose slot the probe holds
 	gen    uint64
 	job    Job
 	due    int64
@@ -307,17 +347,20 @@ func (s *Scheduler[K]) dispatch(parent context.Context) (*dispatched[K], time.Du
 
 // takeDue is dispatch with s.mu held.
 func (s *Scheduler[K]) takeDue(parent context.Context) (*dispatched[K], time.Duration) {
-	if len(s.queue) == 0 || s.stopping.Load() {
+	if len(s.ready) == 0 || s.stopping.Load() {
 		return nil, 0
 	}
-	if wait := s.queue[0].at - s.now(); wait > 0 {
+	if wait := s.ready[0].at - s.now(); wait > 0 {
 		return nil, time.Duration(wait)
 	}
-	e := s.queue.pop()
+	g := s.ready[0].p
+	e := g.queue.pop()
+	g.inFlight++
+	s.refresh(g)
 	e.lastDue, e.ran = e.next, true
 	ctx, cancel := context.WithTimeout(parent, e.job.timeout())
 	e.cancel = cancel
-	return &dispatched[K]{e: e, gen: e.gen.Load(), job: e.job, due: e.next, ctx: ctx, cancel: cancel}, 0
+	return &dispatched[K]{e: e, group: g, gen: e.gen.Load(), job: e.job, due: e.next, ctx: ctx, cancel: cancel}, 0
 }
 
 // probe runs one probe, delivers its result and puts the entry back in the
@@ -335,16 +378,23 @@ func (s *Scheduler[K]) probe(p *dispatched[K], parent context.Context) {
 		if !s.stopping.Load() && p.e.gen.Load() == p.gen {
 			s.onResult(Report[K]{Key: p.e.key, Target: p.job.Target, Result: res, Scheduled: s.time(p.due), Started: started})
 		}
-		p = s.requeue(p.e, parent)
+		p = s.requeue(p, parent)
 	}
 }
 
-// requeue schedules the next probe of e on its period's grid, and takes the
-// next due probe off the queue, if any.
-func (s *Scheduler[K]) requeue(e *entry[K], parent context.Context) *dispatched[K] {
+// requeue gives back the group slot of the probe p ran, schedules the next
+// probe of its entry on its period's grid, and takes the next due probe off
+// the queue, if any.
+func (s *Scheduler[K]) requeue(p *dispatched[K], parent context.Context) *dispatched[K] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	e := p.e
 	e.cancel = nil
+	p.group.inFlight--
+	if s.refresh(p.group) {
+		s.wakeRun() // its due probes waited for this slot
+	}
+	s.forgetIfUnused(p.group)
 	if !e.removed && !s.stopping.Load() {
 		now, period := s.now(), int64(e.job.Period)
 		e.next = e.lastDue + period
@@ -357,11 +407,10 @@ func (s *Scheduler[K]) requeue(e *entry[K], parent context.Context) *dispatched[
 			// as much.
 			e.next = e.lastDue + (now-e.lastDue)/period*period
 		}
-		s.queue.push(e)
-		s.wakeIfFirst(e)
+		s.enqueue(e)
 	}
-	p, _ := s.takeDue(parent)
-	return p
+	next, _ := s.takeDue(parent)
+	return next
 }
 
 // shutdown cancels the probes in flight and waits for them.

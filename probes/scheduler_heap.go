@@ -1,53 +1,56 @@
 package probes
 
-// dueHeap is a binary min-heap of idle entries by due time. Each item holds
-// its due time next to the entry pointer, so that sifting through 10,000
-// entries compares contiguous memory instead of chasing a pointer (and
-// missing the cache) at every comparison.
-type dueHeap[K comparable] []dueItem[K]
+// timeHeap is a binary min-heap by time: the scheduler's idle entries of a
+// group by due time, and its groups by their earliest due entry. Each item
+// holds its time next to the pointer, so that sifting through 10,000 items
+// compares contiguous memory instead of chasing a pointer (and missing the
+// cache) at every comparison; index points to where the item's owner keeps
+// its place in the heap (-1 once out of it).
+type timeHeap[P any] []timed[P]
 
-type dueItem[K comparable] struct {
-	at int64 // e.next when pushed or fixed
-	e  *entry[K]
+type timed[P any] struct {
+	at    int64
+	index *int
+	p     P
 }
 
-func (h *dueHeap[K]) push(e *entry[K]) {
-	*h = append(*h, dueItem[K]{at: e.next, e: e})
+func (h *timeHeap[P]) push(p P, at int64, index *int) {
+	*h = append(*h, timed[P]{at: at, index: index, p: p})
 	h.up(len(*h) - 1)
 }
 
-// pop removes and returns the earliest entry.
-func (h *dueHeap[K]) pop() *entry[K] {
-	e := (*h)[0].e
+// pop removes and returns the earliest item.
+func (h *timeHeap[P]) pop() P {
+	p := (*h)[0].p
 	h.remove(0)
-	return e
+	return p
 }
 
-// remove takes the entry at index i out of the heap.
-func (h *dueHeap[K]) remove(i int) {
+// remove takes the item at index i out of the heap.
+func (h *timeHeap[P]) remove(i int) {
 	old := *h
 	last := len(old) - 1
-	old[i].e.index = -1
+	*old[i].index = -1
 	if i != last {
 		old[i] = old[last]
-		old[i].e.index = i
+		*old[i].index = i
 	}
-	old[last] = dueItem[K]{}
+	old[last] = timed[P]{}
 	*h = old[:last]
 	if i < last && !h.down(i) {
 		h.up(i)
 	}
 }
 
-// fix restores the order after the entry at index i changed its due time.
-func (h *dueHeap[K]) fix(i int) {
-	(*h)[i].at = (*h)[i].e.next
+// fix gives the item at index i the time at and restores the order.
+func (h *timeHeap[P]) fix(i int, at int64) {
+	(*h)[i].at = at
 	if !h.down(i) {
 		h.up(i)
 	}
 }
 
-func (h dueHeap[K]) up(i int) {
+func (h timeHeap[P]) up(i int) {
 	item := h[i]
 	for i > 0 {
 		parent := (i - 1) / 2
@@ -55,15 +58,15 @@ func (h dueHeap[K]) up(i int) {
 			break
 		}
 		h[i] = h[parent]
-		h[i].e.index = i
+		*h[i].index = i
 		i = parent
 	}
 	h[i] = item
-	item.e.index = i
+	*item.index = i
 }
 
 // down sifts the item at i towards the leaves and reports whether it moved.
-func (h dueHeap[K]) down(i int) bool {
+func (h timeHeap[P]) down(i int) bool {
 	start, item, n := i, h[i], len(h)
 	for {
 		child := 2*i + 1
@@ -77,10 +80,10 @@ func (h dueHeap[K]) down(i int) bool {
 			break
 		}
 		h[i] = h[child]
-		h[i].e.index = i
+		*h[i].index = i
 		i = child
 	}
 	h[i] = item
-	item.e.index = i
+	*item.index = i
 	return i > start
 }

@@ -420,6 +420,16 @@ func TestSchedulerErrors(t *testing.T) {
 	if _, err := NewScheduler(SchedulerOptions[int]{OnResult: func(Report[int]) {}, MaxConcurrent: -1}); err == nil {
 		t.Error("a negative MaxConcurrent")
 	}
+	for _, opts := range []SchedulerOptions[int]{
+		{MaxConcurrentPerGroup: -1},
+		{MaxConcurrent: 10, MaxConcurrentPerGroup: 11},
+		{MaxConcurrentPerGroup: DefaultMaxConcurrent + 1},
+	} {
+		opts.OnResult = func(Report[int]) {}
+		if _, err := NewScheduler(opts); err == nil || !strings.Contains(err.Error(), "MaxConcurrentPerGroup") {
+			t.Errorf("MaxConcurrent %d, MaxConcurrentPerGroup %d: %v, want an error naming MaxConcurrentPerGroup", opts.MaxConcurrent, opts.MaxConcurrentPerGroup, err)
+		}
+	}
 	s := newScheduler(t, SchedulerOptions[int]{OnResult: func(Report[int]) {}})
 	ok := Job{Prober: instant(Success), Target: fakeTarget, Period: time.Second}
 	for name, job := range map[string]Job{

@@ -28,7 +28,8 @@ const directDialing = true
 // handshake completes within connect itself, whose SYN the kernel processes
 // on the way out, so a poll with no timeout finds the socket connected:
 // socket, setsockopt, connect, ppoll, getsockname (the check for a socket
-// connected to itself that net makes too), close. A handshake still in progress
+// connected to itself that net makes too: getpeername follows only when
+// the local port is the target's), close. A handshake still in progress
 // (a remote or slow target) waits for the poller under ctx's deadline and
 // cancellation, as a net.Dialer would. Errors are *net.OpError as a
 // net.Dialer's ("dial tcp 10.0.0.1:80: connect: connection refused").
@@ -89,11 +90,11 @@ func connectOnce(ctx context.Context, ap netip.AddrPort) error {
 // errSelfConnect for a socket connected to itself, the context's error if
 // it ended meanwhile (as a net.Dialer does), nil otherwise.
 func checkConnected(ctx context.Context, ap netip.AddrPort, fd int) error {
-	local, err := syscall.Getsockname(fd)
+	self, err := connectedToItself(ap, fd)
 	if err != nil {
-		return dialError(ap, os.NewSyscallError("getsockname", err))
+		return dialError(ap, err)
 	}
-	if sameAddr(local, ap) {
+	if self {
 		return errSelfConnect
 	}
 	if err := ctx.Err(); err != nil {
@@ -102,13 +103,47 @@ func checkConnected(ctx context.Context, ap netip.AddrPort, fd int) error {
 	return nil
 }
 
-// sameAddr reports whether sa is ap.
-func sameAddr(sa syscall.Sockaddr, ap netip.AddrPort) bool {
+// connectedToItself reports whether fd, connected for a connect to ap, is
+// connected to itself: its own address is its peer's, as net compares them.
+// The peer, not ap: a connect to the unspecified address (0.0.0.0:P,
+// [::]:P) goes to this machine, whose socket then has a peer other than ap.
+// The peer's port is always ap's, so a local port other than ap's settles
+// it without asking for the peer, which is the usual path.
+func connectedToItself(ap netip.AddrPort, fd int) (bool, error) {
+	local, err := syscall.Getsockname(fd)
+	if err != nil {
+		return false, os.NewSyscallError("getsockname", err)
+	}
+	if port(local) != int(ap.Port()) {
+		return false, nil
+	}
+	peer, err := syscall.Getpeername(fd)
+	if err != nil {
+		return false, os.NewSyscallError("getpeername", err)
+	}
+	return sameSockaddr(local, peer), nil
+}
+
+// port is the port of an IP socket address, -1 for any other.
+func port(sa syscall.Sockaddr) int {
 	switch sa := sa.(type) {
 	case *syscall.SockaddrInet4:
-		return sa.Port == int(ap.Port()) && ap.Addr().Is4() && sa.Addr == ap.Addr().As4()
+		return sa.Port
 	case *syscall.SockaddrInet6:
-		return sa.Port == int(ap.Port()) && ap.Addr().Is6() && sa.Addr == ap.Addr().As16()
+		return sa.Port
+	}
+	return -1
+}
+
+// sameSockaddr reports whether a and b are the same IP address and port.
+func sameSockaddr(a, b syscall.Sockaddr) bool {
+	switch a := a.(type) {
+	case *syscall.SockaddrInet4:
+		b, ok := b.(*syscall.SockaddrInet4)
+		return ok && a.Port == b.Port && a.Addr == b.Addr
+	case *syscall.SockaddrInet6:
+		b, ok := b.(*syscall.SockaddrInet6)
+		return ok && a.Port == b.Port && a.Addr == b.Addr
 	}
 	return false
 }

@@ -5,6 +5,7 @@ package probes
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -120,34 +121,141 @@ func TestConnectDirectWaits(t *testing.T) {
 }
 
 // TestConnectDirectSelfConnect checks the check for a socket connected to
-// itself (what a connect to a free local port can turn into) on a real one:
-// bound to a port and connected to that same port, a simultaneous open
-// with itself.
+// itself (what a connect to a free local port can turn into) on real
+// sockets: one bound to a port and connected to that same port (a
+// simultaneous open with itself) is refused whatever address the target
+// named, the unspecified one included (a connect to 0.0.0.0:P or [::]:P
+// goes to this machine); sockets connected to someone else are not, even
+// from the target's port.
 func TestConnectDirectSelfConnect(t *testing.T) {
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	for _, tc := range []struct {
+		name    string
+		connect func(t *testing.T) (fd int, peer netip.AddrPort)
+		// target is what the probe named, from the socket's own address.
+		target func(self netip.AddrPort) netip.AddrPort
+		want   error
+	}{
+		{"itself, IPv4, named", selfConnected(syscall.AF_INET), same, errSelfConnect},
+		{"itself, IPv4, as 0.0.0.0", selfConnected(syscall.AF_INET), unspecified, errSelfConnect},
+		{"itself, IPv6, named", selfConnected(syscall.AF_INET6), same, errSelfConnect},
+		{"itself, IPv6, as [::]", selfConnected(syscall.AF_INET6), unspecified, errSelfConnect},
+		{"a listener, as 0.0.0.0", listenerConnected("127.0.0.1", ""), unspecified, nil},
+		{"a listener, IPv6, as [::]", listenerConnected("::1", ""), unspecified, nil},
+		// Same port on both ends, other addresses: only the peer tells.
+		{"a listener, from its port", listenerConnected("127.0.0.1", "127.0.0.2"), same, nil},
+		{"a listener, from its port, as 0.0.0.0", listenerConnected("127.0.0.1", "127.0.0.2"), unspecified, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fd, peer := tc.connect(t)
+			ap := tc.target(peer)
+			if err := checkConnected(context.Background(), ap, fd); err != tc.want {
+				t.Errorf("checkConnected(%v): %v, want %v", ap, err, tc.want)
+			}
+		})
+	}
+}
+
+func same(ap netip.AddrPort) netip.AddrPort { return ap }
+
+func unspecified(ap netip.AddrPort) netip.AddrPort {
+	if ap.Addr().Is4() {
+		return netip.AddrPortFrom(netip.IPv4Unspecified(), ap.Port())
+	}
+	return netip.AddrPortFrom(netip.IPv6Unspecified(), ap.Port())
+}
+
+// selfConnected returns a loopback socket of family connected to itself,
+// and its address.
+func selfConnected(family int) func(t *testing.T) (int, netip.AddrPort) {
+	return func(t *testing.T) (int, netip.AddrPort) {
+		host := "127.0.0.1"
+		if family == syscall.AF_INET6 {
+			host = "::1"
+		}
+		fd := boundSocket(t, netip.AddrPortFrom(netip.MustParseAddr(host), 0))
+		self := sockAddrPort(t, fd)
+		if err := syscall.Connect(fd, sockaddrOf(self)); err != nil {
+			t.Fatalf("connecting a socket to itself: %v", err)
+		}
+		return fd, self
+	}
+}
+
+// listenerConnected returns a socket connected to a listener on host and
+// the listener's address; the socket is bound to from, at the listener's
+// port, unless from is empty.
+func listenerConnected(host, from string) func(t *testing.T) (int, netip.AddrPort) {
+	return func(t *testing.T) (int, netip.AddrPort) {
+		network := "tcp4"
+		if netip.MustParseAddr(host).Is6() {
+			network = "tcp6"
+		}
+		l := listen(t, network, host)
+		serve(t, l, func(c net.Conn) { _, _ = io.Copy(io.Discard, c); c.Close() })
+		peer, err := netAddrPort(l.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		local := netip.AddrPortFrom(peer.Addr(), 0)
+		if from != "" {
+			local = netip.AddrPortFrom(netip.MustParseAddr(from), peer.Port())
+		}
+		fd := boundSocket(t, local)
+		if err := syscall.Connect(fd, sockaddrOf(peer)); err != nil {
+			t.Fatalf("connecting to %v from %v: %v", peer, local, err)
+		}
+		return fd, peer
+	}
+}
+
+// boundSocket returns a blocking TCP socket bound to ap, closed with t. It
+// closes with a reset, leaving no TIME_WAIT behind to hold its address and
+// port (a later listener may get the same port, and a later test bind to
+// it).
+func boundSocket(t *testing.T, ap netip.AddrPort) int {
+	t.Helper()
+	family := syscall.AF_INET
+	if ap.Addr().Is6() {
+		family = syscall.AF_INET6
+	}
+	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer syscall.Close(fd)
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.SetsockoptLinger(fd, syscall.SOL_SOCKET, syscall.SO_LINGER, &syscall.Linger{Onoff: 1}); err != nil {
 		t.Fatal(err)
 	}
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Bind(fd, sockaddrOf(ap)); err != nil {
+		t.Fatalf("binding to %v: %v", ap, err)
+	}
+	return fd
+}
+
+func sockaddrOf(ap netip.AddrPort) syscall.Sockaddr {
+	if ap.Addr().Is4() {
+		return &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	}
+	return &syscall.SockaddrInet6{Port: int(ap.Port()), Addr: ap.Addr().As16()}
+}
+
+func sockAddrPort(t *testing.T, fd int) netip.AddrPort {
+	t.Helper()
 	sa, err := syscall.Getsockname(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	self := sa.(*syscall.SockaddrInet4)
-	if err := syscall.Connect(fd, self); err != nil {
-		t.Fatalf("connecting a socket to itself: %v", err)
+	switch sa := sa.(type) {
+	case *syscall.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *syscall.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port))
 	}
-	ap := netip.AddrPortFrom(netip.AddrFrom4(self.Addr), uint16(self.Port))
-	if err := checkConnected(context.Background(), ap, fd); err != errSelfConnect {
-		t.Errorf("checkConnected of a socket connected to itself: %v, want errSelfConnect", err)
-	}
-	other := netip.AddrPortFrom(ap.Addr(), ap.Port()+1)
-	if err := checkConnected(context.Background(), other, fd); err != nil {
-		t.Errorf("checkConnected for another port: %v, want nil", err)
-	}
+	t.Fatalf("getsockname: %T", sa)
+	return netip.AddrPort{}
 }
 
 // TestConnectDirectNoLeak checks that no path of connectDirect leaves a

@@ -41,6 +41,12 @@ type Options struct {
 	// MaxConcurrentProbes bounds the probes in flight; the probes
 	// module's default when zero.
 	MaxConcurrentProbes int
+	// MaxConcurrentProbesPerNamespace bounds the probes in flight of the
+	// resources of one namespace, so that one tenant's probes hanging
+	// against backends that never answer cannot hold every slot of the
+	// node: its own due probes wait, the other namespaces' run on time.
+	// A quarter of MaxConcurrentProbes when zero.
+	MaxConcurrentProbesPerNamespace int
 	// SecretTTL is how long PostgreSQL credentials are reused before the
 	// Secret is read again (in the background: probes keep the credentials
 	// they have, even while reads fail); 30 s when zero.
@@ -94,6 +100,10 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 	if opts.SecretTTL < 0 {
 		problems = append(problems, fmt.Errorf("Options.SecretTTL %s is negative", opts.SecretTTL))
 	}
+	schedOpts, err := schedulerOptions(opts)
+	if err != nil {
+		problems = append(problems, err)
+	}
 	if err := errors.Join(problems...); err != nil {
 		return nil, fmt.Errorf("building the publisher: %w", err)
 	}
@@ -121,13 +131,40 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 	secrets.onTLSModeChange = p.secretTLSModeChanged
 	p.factory = newProberFactory(secrets)
 	p.factory.userAgent = opts.UserAgent
-	// The publisher places each job itself (see phaseOf): no random jitter.
-	sched, err := probes.NewScheduler(probes.SchedulerOptions[targetKey]{OnResult: p.onResult, MaxConcurrent: opts.MaxConcurrentProbes, NoJitter: true})
+	schedOpts.OnResult = p.onResult
+	sched, err := probes.NewScheduler(schedOpts)
 	if err != nil {
 		return nil, fmt.Errorf("building the publisher: the probe scheduler: %w", err)
 	}
 	p.scheduler = sched
 	return p, nil
+}
+
+// namespaceShare is the part of the probe slots one namespace may hold by
+// default: four namespaces whose probes all hang fill a node's slots.
+const namespaceShare = 4
+
+// schedulerOptions are the probe scheduler's options but OnResult: the
+// probes of one namespace are one group (see syncTargets), bounded to
+// MaxConcurrentProbesPerNamespace.
+func schedulerOptions(opts Options) (probes.SchedulerOptions[targetKey], error) {
+	total, perNamespace := opts.MaxConcurrentProbes, opts.MaxConcurrentProbesPerNamespace
+	switch {
+	case total < 0:
+		return probes.SchedulerOptions[targetKey]{}, fmt.Errorf("Options.MaxConcurrentProbes %d is negative", total)
+	case total == 0:
+		total = probes.DefaultMaxConcurrent
+	}
+	switch {
+	case perNamespace < 0:
+		return probes.SchedulerOptions[targetKey]{}, fmt.Errorf("Options.MaxConcurrentProbesPerNamespace %d is negative", perNamespace)
+	case perNamespace > total:
+		return probes.SchedulerOptions[targetKey]{}, fmt.Errorf("Options.MaxConcurrentProbesPerNamespace %d exceeds Options.MaxConcurrentProbes (%d)", perNamespace, total)
+	case perNamespace == 0:
+		perNamespace = max(1, total/namespaceShare)
+	}
+	// The publisher places each job itself (see phaseOf): no random jitter.
+	return probes.SchedulerOptions[targetKey]{MaxConcurrent: total, MaxConcurrentPerGroup: perNamespace, NoJitter: true}, nil
 }
 
 // SetupWithManager registers the publisher with the manager: its probe

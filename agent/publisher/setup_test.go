@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 // TestNewValidates: New refuses what would fail later (a nil client, a
@@ -28,7 +30,10 @@ func TestNewValidates(t *testing.T) {
 		{"no recorder", testNode, Options{}, Deps{Client: c, APIReader: c}, []string{"Deps.Recorder is required"}},
 		{"negative durations", testNode, Options{Coalesce: -time.Second, SecretTTL: -time.Second}, deps,
 			[]string{"Options.Coalesce -1s is negative", "Options.SecretTTL -1s is negative"}},
-		{"negative concurrency", testNode, Options{MaxConcurrentProbes: -1}, deps, []string{"probe scheduler", "negative"}},
+		{"negative concurrency", testNode, Options{MaxConcurrentProbes: -1}, deps, []string{"Options.MaxConcurrentProbes -1 is negative"}},
+		{"negative namespace concurrency", testNode, Options{MaxConcurrentProbesPerNamespace: -1}, deps, []string{"Options.MaxConcurrentProbesPerNamespace -1 is negative"}},
+		{"namespace concurrency over the total", testNode, Options{MaxConcurrentProbes: 10, MaxConcurrentProbesPerNamespace: 11}, deps,
+			[]string{"Options.MaxConcurrentProbesPerNamespace 11 exceeds Options.MaxConcurrentProbes (10)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,5 +56,30 @@ func TestNewValidates(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSchedulerOptions: the probes of one namespace are bounded to a share
+// of the node's probe slots, a quarter unless set, never zero.
+func TestSchedulerOptions(t *testing.T) {
+	for _, tt := range []struct {
+		opts                    Options
+		wantTotal, wantPerGroup int
+	}{
+		{Options{}, probes.DefaultMaxConcurrent, probes.DefaultMaxConcurrent / 4},
+		{Options{MaxConcurrentProbes: 100}, 100, 25},
+		{Options{MaxConcurrentProbes: 3}, 3, 1},
+		{Options{MaxConcurrentProbes: 100, MaxConcurrentProbesPerNamespace: 100}, 100, 100},
+		{Options{MaxConcurrentProbesPerNamespace: 10}, probes.DefaultMaxConcurrent, 10},
+	} {
+		got, err := schedulerOptions(tt.opts)
+		if err != nil {
+			t.Errorf("%+v: %v", tt.opts, err)
+			continue
+		}
+		if got.MaxConcurrent != tt.wantTotal || got.MaxConcurrentPerGroup != tt.wantPerGroup || !got.NoJitter {
+			t.Errorf("%+v: MaxConcurrent %d, MaxConcurrentPerGroup %d, NoJitter %v; want %d, %d, true",
+				tt.opts, got.MaxConcurrent, got.MaxConcurrentPerGroup, got.NoJitter, tt.wantTotal, tt.wantPerGroup)
+		}
 	}
 }

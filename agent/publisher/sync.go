@@ -100,6 +100,9 @@ func (p *Publisher) syncTargets(set targetSet) error {
 				Period:       period,
 				Timeout:      time.Duration(probe.TimeoutSeconds) * time.Second,
 				InitialDelay: alignedDelay(time.Now(), initialDelay(pod, swh.Spec.Healthcheck.InitialDelaySeconds), period, phaseOf(resource, period)),
+				// A namespace's probes share its slots: one tenant's
+				// hanging probes cannot take every other tenant's.
+				Group: resource.Namespace,
 			}
 			if running {
 				err = p.scheduler.Update(key, job)

@@ -25,6 +25,7 @@ func main() {
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables them")
 	fs.DurationVar(&opts.Publisher.Coalesce, "coalesce", 0, "how long verdict changes wait to be written together (default 30ms)")
 	fs.IntVar(&opts.Publisher.MaxConcurrentProbes, "max-concurrent-probes", 0, "probes in flight at most (default 1024)")
+	fs.IntVar(&opts.Publisher.MaxConcurrentProbesPerNamespace, "max-concurrent-probes-per-namespace", 0, "probes in flight at most for the resources of one namespace (default a quarter of --max-concurrent-probes)")
 	qps := fs.Float64("kube-api-qps", 20, "requests per second to the API server")
 	burst := fs.Int("kube-api-burst", 50, "burst of requests to the API server")
 	showVersion := fs.Bool("version", false, "print the version and exit")
