@@ -141,7 +141,6 @@ func TestJudge(t *testing.T) {
 	}{
 		{"healthy pod, one allowed", ifHealthy, Evaluation{Available: map[types.UID]bool{pod.UID: true}, Healthy: 3, Desired: 2, Allowed: 1}, verdictReserve},
 		{"healthy pod, none allowed", ifHealthy, Evaluation{Available: map[types.UID]bool{pod.UID: true}, Healthy: 2, Desired: 2}, verdictDeny},
-		{"already reserved", ifHealthy, Evaluation{Reservations: []swhv1alpha1.DisruptionReservation{{Pod: "b-0", UID: pod.UID}}, Healthy: 2, Desired: 2}, verdictAlready},
 		{"unhealthy pod while the budget holds", ifHealthy, Evaluation{Available: map[types.UID]bool{}, Healthy: 2, Desired: 2}, verdictUnhealthy},
 		{"unhealthy pod while the budget is broken", ifHealthy, Evaluation{Available: map[types.UID]bool{}, Healthy: 1, Desired: 2}, verdictDeny},
 		{"unhealthy pod, AlwaysAllow", always, Evaluation{Available: map[types.UID]bool{}, Healthy: 1, Desired: 2}, verdictUnhealthy},

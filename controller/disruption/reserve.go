@@ -24,6 +24,11 @@ func conflictBackoff() wait.Backoff {
 	return wait.Backoff{Steps: 50, Duration: 5 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: 200 * time.Millisecond}
 }
 
+// onConflict runs fn again while it fails with a write conflict.
+func onConflict(_ context.Context, fn func() error) error {
+	return retry.OnError(conflictBackoff(), apierrors.IsConflict, fn)
+}
+
 // reservationKey identifies a reservation this guard wrote, to give it
 // back.
 type reservationKey struct {
@@ -45,16 +50,18 @@ type decided struct {
 // written with the resourceVersion just read: when another eviction wrote
 // first, the update conflicts and the decision is made again on what it
 // wrote. key is the reservation written, if any.
+//
+// Each attempt reads the resource first and the pods after: a reservation
+// in the resource was written for a pod that existed then, so a pod list
+// read later that lacks it proves the pod gone. A list read before could
+// lack a pod created meanwhile and reserved by another replica, and the
+// write would drop that reservation.
 func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, dryRun bool) (decided, error) {
 	// Whole seconds: the time read back from the status must equal the
 	// key's, to give the reservation back.
 	now := metav1.NewTime(g.now()).Rfc3339Copy()
-	in, err := g.read(ctx, swh, now.Time)
-	if err != nil {
-		return decided{}, err
-	}
 	out := decided{swh: swh}
-	err = retry.OnError(conflictBackoff(), apierrors.IsConflict, func() error {
+	err := onConflict(ctx, func() error {
 		cur := &swhv1alpha1.ServiceWithHealthchecks{}
 		if err := g.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), cur); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -68,11 +75,17 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 			out.outcome = outcomeAllowed
 			return nil
 		}
-		in.Resource = cur
-		ev := Evaluate(in)
+		in, err := g.read(ctx, cur, now.Time)
+		if err != nil {
+			return err
+		}
+		// A retried eviction (the pod holds a reservation: its eviction was
+		// allowed, then refused further on) is judged again on the current
+		// count, leaving out only its own reservation.
+		ev := Evaluate(withoutReservation(in, pod.UID))
 		verdict := judge(cur, pod, ev)
 		switch {
-		case verdict == verdictAlready || (verdict == verdictUnhealthy && dryRun):
+		case verdict == verdictUnhealthy && dryRun:
 			out.outcome = outcomeAllowed
 			return nil
 		case verdict == verdictDeny:
@@ -89,8 +102,9 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 		// A reservation for an unavailable pod too (it takes no disruption:
 		// the pod counts as unavailable already): written under the same
 		// precondition, it makes another replica that still counted the pod
-		// available decide again.
+		// available decide again. A retry's reservation is renewed.
 		r := swhv1alpha1.DisruptionReservation{Pod: pod.Name, UID: pod.UID, Time: now}
+		in.Resource = cur
 		cur.Status.Disruption = &swhv1alpha1.DisruptionStatus{Reservations: append(ev.Reservations, r)}
 		after := Evaluate(in) // counts the new reservation
 		cur.Status.Disruption = after.Status(cur.Generation)
@@ -115,6 +129,28 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 	return out, nil
 }
 
+// withoutReservation returns in with the resource's reservations of pod
+// left out (a copy: in.Resource is not changed).
+func withoutReservation(in Inputs, pod types.UID) Inputs {
+	st := in.Resource.Status.Disruption
+	if st == nil {
+		return in
+	}
+	kept := make([]swhv1alpha1.DisruptionReservation, 0, len(st.Reservations))
+	for _, r := range st.Reservations {
+		if r.UID != pod {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == len(st.Reservations) {
+		return in
+	}
+	res := in.Resource.DeepCopy()
+	res.Status.Disruption.Reservations = kept
+	in.Resource = res
+	return in
+}
+
 func unhealthyPolicy(swh *swhv1alpha1.ServiceWithHealthchecks) policyv1.UnhealthyPodEvictionPolicyType {
 	if p := swh.Spec.DisruptionBudget.UnhealthyPodEvictionPolicy; p != nil {
 		return *p
@@ -126,19 +162,14 @@ type verdict int
 
 const (
 	verdictReserve   verdict = iota // take one of the allowed disruptions
-	verdictAlready                  // the pod holds a reservation: a retried eviction
 	verdictUnhealthy                // not available itself, and the policy lets it go
 	verdictDeny
 )
 
 // judge applies the budget to one eviction, as kube-apiserver applies a
-// PodDisruptionBudget, with availability in place of Ready.
+// PodDisruptionBudget, with availability in place of Ready. ev is counted
+// without the pod's own reservation, if any.
 func judge(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluation) verdict {
-	for _, r := range ev.Reservations {
-		if r.UID == pod.UID {
-			return verdictAlready
-		}
-	}
 	if !ev.Available[pod.UID] {
 		policy := swh.Spec.DisruptionBudget.UnhealthyPodEvictionPolicy
 		if policy != nil && *policy == policyv1.AlwaysAllow {
@@ -161,7 +192,7 @@ func judge(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluat
 func (g *Guard) release(ctx context.Context, k reservationKey) error {
 	ctx, cancel := context.WithTimeout(ctx, g.decisionTimeout())
 	defer cancel()
-	return retry.OnError(conflictBackoff(), apierrors.IsConflict, func() error {
+	return onConflict(ctx, func() error {
 		cur := &swhv1alpha1.ServiceWithHealthchecks{}
 		if err := g.APIReader.Get(ctx, k.resource, cur); err != nil {
 			return client.IgnoreNotFound(err)
