@@ -73,6 +73,10 @@ type Options struct {
 	WebhookCertDir string
 	// ReservationTimeout defaults to disruption.DefaultReservationTimeout.
 	ReservationTimeout time.Duration
+	// EvictionWebhookTimeout is the eviction webhook's timeoutSeconds
+	// (disruption.DefaultWebhookTimeout when 0): the guard bounds each
+	// decision inside it.
+	EvictionWebhookTimeout time.Duration
 }
 
 // NewScheme returns the types the controller reads and writes.
@@ -236,7 +240,8 @@ func setupGuard(mgr ctrl.Manager, opts Options, registry metrics.RegistererGathe
 	}); err != nil {
 		return fmt.Errorf("adding the guard's readiness check: %w", err)
 	}
-	guard := &disruption.Guard{Sources: sources, Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: dm}
+	guard := &disruption.Guard{Sources: sources, Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: dm,
+		WebhookTimeout: opts.EvictionWebhookTimeout}
 	server := mgr.GetWebhookServer()
 	server.Register(disruption.Path, &webhook.Admission{Handler: guard})
 	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {

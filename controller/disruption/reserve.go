@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -24,9 +23,26 @@ func conflictBackoff() wait.Backoff {
 	return wait.Backoff{Steps: 50, Duration: 5 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: 200 * time.Millisecond}
 }
 
-// onConflict runs fn again while it fails with a write conflict.
-func onConflict(_ context.Context, fn func() error) error {
-	return retry.OnError(conflictBackoff(), apierrors.IsConflict, fn)
+// onConflict runs fn again while it fails with a write conflict, until
+// ctx ends: the backoff between attempts watches it, so a decision that
+// keeps conflicting answers within its bound.
+func onConflict(ctx context.Context, fn func() error) error {
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, conflictBackoff(), func(context.Context) (bool, error) {
+		last = fn()
+		switch {
+		case last == nil:
+			return true, nil
+		case apierrors.IsConflict(last):
+			return false, nil
+		default:
+			return false, last
+		}
+	})
+	if err != nil && last != nil && apierrors.IsConflict(last) {
+		return fmt.Errorf("%w (after %w)", err, last)
+	}
+	return err
 }
 
 // reservationKey identifies a reservation this guard wrote, to give it
@@ -236,8 +252,5 @@ func (g *Guard) now() time.Time {
 }
 
 func (g *Guard) decisionTimeout() time.Duration {
-	if g.DecisionTimeout > 0 {
-		return g.DecisionTimeout
-	}
-	return DefaultDecisionTimeout
+	return DecisionBound(g.WebhookTimeout)
 }
