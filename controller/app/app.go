@@ -204,7 +204,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // the disruption status reconciler (the leader).
 func setupGuard(mgr ctrl.Manager, opts Options, registry metrics.RegistererGatherer) error {
 	sources := disruption.Sources{
-		Cache: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Cache: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scales: mgr.GetClient(),
 		Agent: opts.AgentServiceAccount, ReservationTimeout: opts.ReservationTimeout,
 	}
 	sr := &disruption.StatusReconciler{Sources: sources, Client: mgr.GetClient()}

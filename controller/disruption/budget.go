@@ -41,6 +41,9 @@ type Inputs struct {
 	Slices []discoveryv1.EndpointSlice
 	// Expected is the number of pods the budget is counted over.
 	Expected int32
+	// ExpectedProblem says why Expected could not be counted ("" when it
+	// could): the budget then allows no disruption.
+	ExpectedProblem string
 	// Liveness judges nodes; nil trusts every node.
 	Liveness Liveness
 	// Now and ReservationTimeout decide which reservations still count.
@@ -60,6 +63,9 @@ type Evaluation struct {
 	Reservations []swhv1alpha1.DisruptionReservation
 	// Ports are the ports the budget requires, for messages.
 	Ports []string
+	// Problem is Inputs.ExpectedProblem: Desired is unknown and nothing is
+	// allowed.
+	Problem string
 }
 
 // Evaluate counts the budget of in.Resource, which must have one.
@@ -89,6 +95,10 @@ func Evaluate(in Inputs) Evaluation {
 		ev.Unavailable = append(ev.Unavailable, swhv1alpha1.UnavailablePod{Pod: pod.Name, Reason: reason})
 	}
 	ev.Desired = desiredHealthy(budget, in.Expected)
+	if in.ExpectedProblem != "" {
+		ev.Problem = in.ExpectedProblem
+		return ev
+	}
 	if ev.Healthy > ev.Desired {
 		ev.Allowed = ev.Healthy - ev.Desired
 	}

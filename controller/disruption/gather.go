@@ -24,6 +24,11 @@ type Sources struct {
 	// from the API server: a decision must not rest on a stale resource, and
 	// the controller does not cache the cluster's pods.
 	APIReader client.Reader
+	// Scales reads the /scale subresource of the pods' controllers that are
+	// neither ReplicaSets nor StatefulSets (the controller's client: its
+	// subresource reads go to the API server). Nil: such pods make a
+	// budget allow nothing, unless it is an integer minAvailable.
+	Scales client.SubResourceClientConstructor
 	// Agent is the agents' ServiceAccount: a node's verdicts count only
 	// while a Ready pod of that ServiceAccount runs there. Empty, every
 	// Ready node's verdicts count (agents outside the cluster, tests).
@@ -46,7 +51,7 @@ func (s *Sources) read(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 	}); err != nil {
 		return Inputs{}, fmt.Errorf("listing the slices of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
-	expected, err := expectedPods(ctx, s.APIReader, pods.Items)
+	expected, problem, err := expectedPods(ctx, s, swh.Spec.DisruptionBudget, pods.Items)
 	if err != nil {
 		return Inputs{}, err
 	}
@@ -55,7 +60,7 @@ func (s *Sources) read(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 		return Inputs{}, err
 	}
 	return Inputs{
-		Resource: swh, Pods: pods.Items, Slices: slices.Items, Expected: expected,
+		Resource: swh, Pods: pods.Items, Slices: slices.Items, Expected: expected, ExpectedProblem: problem,
 		Liveness: live, Now: now, ReservationTimeout: s.ReservationTimeout,
 	}, nil
 }

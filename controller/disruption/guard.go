@@ -227,6 +227,10 @@ func tooManyRequests(message string) admission.Response {
 // denialMessage explains a denial: the resource, its budget, the counts and
 // the pods that do not count.
 func denialMessage(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluation) string {
+	if ev.Problem != "" {
+		return fmt.Sprintf("Cannot evict pod %s: the disruption budget of ServiceWithHealthchecks %s/%s (%s) cannot be counted, and allows nothing until it can: %s",
+			pod.Name, swh.Namespace, swh.Name, Describe(swh), ev.Problem)
+	}
 	return fmt.Sprintf("Cannot evict pod %s as it would violate the disruption budget of ServiceWithHealthchecks %s/%s (%s): it needs %d of %d pods passing their probes and %d do; not counted: %s",
 		pod.Name, swh.Namespace, swh.Name, Describe(swh), ev.Desired, ev.Expected, ev.Healthy, ev.unavailableList())
 }

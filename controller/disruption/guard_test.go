@@ -41,7 +41,7 @@ func fakeGuard(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *Gu
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
 		WithStatusSubresource(&swhv1alpha1.ServiceWithHealthchecks{}).WithInterceptorFuncs(funcs).Build()
-	return &Guard{Sources: Sources{Cache: c, APIReader: c}, Client: c}
+	return &Guard{Sources: Sources{Cache: c, APIReader: c, Scales: c}, Client: c}
 }
 
 func evictionRequest(pod string, body string) admission.Request {

@@ -193,7 +193,7 @@ func judge(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluat
 		}
 		// IfHealthyBudget: evicting a pod that does not count disrupts
 		// nothing while the budget is met without it.
-		if ev.Healthy >= ev.Desired && ev.Desired > 0 {
+		if ev.Problem == "" && ev.Healthy >= ev.Desired && ev.Desired > 0 {
 			return verdictUnhealthy
 		}
 	}
