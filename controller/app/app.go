@@ -203,8 +203,14 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // setupGuard registers the eviction guard's webhook (every replica) and
 // the disruption status reconciler (the leader).
 func setupGuard(mgr ctrl.Manager, opts Options, registry metrics.RegistererGatherer) error {
+	// The selected pods, streamed and trimmed: a tenant's pods can be big,
+	// and every count of every replica lists them.
+	pods, err := disruption.NewStreamingPods(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	sources := disruption.Sources{
-		Cache: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scales: mgr.GetClient(),
+		Cache: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scales: mgr.GetClient(), Pods: pods,
 		Agent: opts.AgentServiceAccount, ReservationTimeout: opts.ReservationTimeout,
 	}
 	sr := &disruption.StatusReconciler{Sources: sources, Client: mgr.GetClient()}
