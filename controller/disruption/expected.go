@@ -31,7 +31,7 @@ var errNoScale = errors.New("no scale")
 // selected pod no controller controls. A Deployment counts through its
 // ReplicaSets; a ReplicaSet, a StatefulSet, and any other controller with
 // a /scale subresource (a CloudNativePG Cluster, a custom operator's kind)
-// count their declared replicas. So a member that is gone, not yet
+// count the replicas of their /scale. So a member that is gone, not yet
 // recreated, still counts as expected and unavailable. Terminal pods are
 // left out. The reads go to the API server: caching every workload of the
 // cluster is not worth one eviction's few reads.
@@ -88,38 +88,24 @@ type workload struct {
 
 // workloadOf follows a pod's controller to the workload that declares its
 // replicas, as kube's disruption controller's finders do: a ReplicaSet's
-// Deployment, else the ReplicaSet, a StatefulSet, else the controller's
-// /scale. It returns an error wrapping errNoScale when none can be read.
+// Deployment, else the controller itself, through its /scale. Only
+// metadata and scales are read: a workload's pod template, which its
+// owner may fill, is never loaded. It returns an error wrapping errNoScale
+// when no scale can be read.
 func (s *Sources) workloadOf(ctx context.Context, ns string, ref *metav1.OwnerReference) (workload, error) {
-	key := client.ObjectKey{Namespace: ns, Name: ref.Name}
-	switch {
-	case ref.APIVersion == "apps/v1" && ref.Kind == "ReplicaSet":
-		rs := &appsv1.ReplicaSet{}
-		err := s.APIReader.Get(ctx, key, rs)
+	if ref.APIVersion == "apps/v1" && ref.Kind == "ReplicaSet" {
+		rs := &metav1.PartialObjectMetadata{}
+		rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+		err := s.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, rs)
 		if err != nil && !apierrors.IsNotFound(err) {
-			return workload{}, err
+			return workload{}, fmt.Errorf("reading ReplicaSet %s: %w", ref.Name, err)
 		}
-		if err == nil && rs.UID == ref.UID {
-			if owner := metav1.GetControllerOf(rs); owner != nil && owner.APIVersion == "apps/v1" && owner.Kind == "Deployment" {
-				d := &appsv1.Deployment{}
-				err := s.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, d)
-				if err != nil && !apierrors.IsNotFound(err) {
-					return workload{}, err
-				}
-				if err == nil && d.UID == owner.UID {
-					return workload{uid: d.UID, replicas: replicas(d.Spec.Replicas)}, nil
-				}
+		if owner := metav1.GetControllerOf(rs); err == nil && rs.UID == ref.UID && owner != nil && owner.APIVersion == "apps/v1" && owner.Kind == "Deployment" {
+			w, err := s.scaleOf(ctx, ns, owner)
+			if !errors.Is(err, errNoScale) {
+				return w, err
 			}
-			return workload{uid: rs.UID, replicas: replicas(rs.Spec.Replicas)}, nil
-		}
-	case ref.APIVersion == "apps/v1" && ref.Kind == "StatefulSet":
-		ss := &appsv1.StatefulSet{}
-		err := s.APIReader.Get(ctx, key, ss)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return workload{}, err
-		}
-		if err == nil && ss.UID == ref.UID {
-			return workload{uid: ss.UID, replicas: replicas(ss.Spec.Replicas)}, nil
+			// The Deployment is gone or replaced: the ReplicaSet's own.
 		}
 	}
 	return s.scaleOf(ctx, ns, ref)
@@ -128,16 +114,29 @@ func (s *Sources) workloadOf(ctx context.Context, ns string, ref *metav1.OwnerRe
 // scaleOf reads the /scale subresource of a pod's controller, of any kind.
 func (s *Sources) scaleOf(ctx context.Context, ns string, ref *metav1.OwnerReference) (workload, error) {
 	if s.Scales == nil {
-		return workload{}, fmt.Errorf("%w: %s %s is not a ReplicaSet or StatefulSet (apps/v1) and scales are not read here", errNoScale, ref.Kind, ref.Name)
+		return workload{}, fmt.Errorf("%w: scales are not read here (%s %s)", errNoScale, ref.Kind, ref.Name)
 	}
-	obj := &unstructured.Unstructured{}
-	obj.SetAPIVersion(ref.APIVersion)
-	obj.SetKind(ref.Kind)
-	obj.SetNamespace(ns)
-	obj.SetName(ref.Name)
-	out := &unstructured.Unstructured{}
-	out.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
-	err := s.Scales.SubResource("scale").Get(ctx, obj, out)
+	scale := &autoscalingv1.Scale{}
+	var err error
+	if obj := typedWorkload(ref); obj != nil {
+		obj.SetNamespace(ns)
+		obj.SetName(ref.Name)
+		err = s.Scales.SubResource("scale").Get(ctx, obj, scale)
+	} else {
+		obj := &unstructured.Unstructured{}
+		obj.SetAPIVersion(ref.APIVersion)
+		obj.SetKind(ref.Kind)
+		obj.SetNamespace(ns)
+		obj.SetName(ref.Name)
+		out := &unstructured.Unstructured{}
+		out.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
+		err = s.Scales.SubResource("scale").Get(ctx, obj, out)
+		if err == nil {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(out.Object, scale); err != nil {
+				return workload{}, fmt.Errorf("%w: decoding the scale of %s %s: %w", errNoScale, ref.Kind, ref.Name, err)
+			}
+		}
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		// Gone, or a kind without a /scale subresource: the API server does
@@ -148,19 +147,25 @@ func (s *Sources) scaleOf(ctx context.Context, ns string, ref *metav1.OwnerRefer
 	case err != nil:
 		return workload{}, fmt.Errorf("reading the scale of %s %s: %w", ref.Kind, ref.Name, err)
 	}
-	scale := &autoscalingv1.Scale{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(out.Object, scale); err != nil {
-		return workload{}, fmt.Errorf("%w: decoding the scale of %s %s: %w", errNoScale, ref.Kind, ref.Name, err)
-	}
 	if scale.UID != ref.UID {
 		return workload{}, fmt.Errorf("%w: %s %s is not the pod's controller any more (UID %s, the pod names %s)", errNoScale, ref.Kind, ref.Name, scale.UID, ref.UID)
 	}
 	return workload{uid: scale.UID, replicas: scale.Spec.Replicas}, nil
 }
 
-func replicas(p *int32) int32 {
-	if p == nil {
-		return 1
+// typedWorkload is an empty object of the built-in kind ref names, nil for
+// another kind (read as unstructured).
+func typedWorkload(ref *metav1.OwnerReference) client.Object {
+	if ref.APIVersion != "apps/v1" {
+		return nil
 	}
-	return *p
+	switch ref.Kind {
+	case "Deployment":
+		return &appsv1.Deployment{}
+	case "ReplicaSet":
+		return &appsv1.ReplicaSet{}
+	case "StatefulSet":
+		return &appsv1.StatefulSet{}
+	}
+	return nil
 }

@@ -7,11 +7,13 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,6 +84,42 @@ func TestOtherControllersScale(t *testing.T) {
 			}
 			if !tt.allowed && (resp.Result.Code != http.StatusTooManyRequests || !strings.Contains(resp.Result.Message, tt.message)) {
 				t.Errorf("answer %d %q, want 429 saying %q", resp.Result.Code, resp.Result.Message, tt.message)
+			}
+		})
+	}
+}
+
+// TestWorkloadScales: the built-in workloads are counted through their
+// /scale too, a ReplicaSet through its Deployment.
+func TestWorkloadScales(t *testing.T) {
+	deploy := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "kafka", Name: "web", UID: "uid-web"}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](5)}}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kafka", Name: "web-1", UID: "uid-web-1",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "web", UID: "uid-web", Controller: ptr.To(true)}}},
+		Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](4)}}
+	orphanRS := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kafka", Name: "solo", UID: "uid-solo"}, Spec: appsv1.ReplicaSetSpec{Replicas: ptr.To[int32](2)}}
+	ss := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kafka", Name: "db", UID: "uid-db"}, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To[int32](3)}}
+	owned := func(name, kind, owner, uid string) corev1.Pod {
+		p := broker(name, "n0")
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: kind, Name: owner, UID: types.UID(uid), Controller: ptr.To(true)}}
+		return p
+	}
+	tests := []struct {
+		name string
+		pods []corev1.Pod
+		want int32
+	}{
+		{"a Deployment's pods", []corev1.Pod{owned("a", "ReplicaSet", "web-1", "uid-web-1"), owned("b", "ReplicaSet", "web-1", "uid-web-1")}, 5},
+		{"a ReplicaSet of its own", []corev1.Pod{owned("a", "ReplicaSet", "solo", "uid-solo")}, 2},
+		{"a StatefulSet's pods", []corev1.Pod{owned("a", "StatefulSet", "db", "uid-db")}, 3},
+		{"all of them and a pod of no controller", []corev1.Pod{owned("a", "ReplicaSet", "web-1", "uid-web-1"), owned("b", "ReplicaSet", "solo", "uid-solo"),
+			owned("c", "StatefulSet", "db", "uid-db"), broker("d", "n0")}, 11},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := fakeGuard(t, interceptor.Funcs{}, deploy, rs, orphanRS, ss)
+			got, problem, err := expectedPods(context.Background(), &g.Sources, &swhv1alpha1.DisruptionBudget{MaxUnavailable: ptr.To(intstr.FromInt32(1))}, tt.pods)
+			if err != nil || problem != "" || got != tt.want {
+				t.Errorf("expectedPods = %d, %q, %v; want %d", got, problem, err, tt.want)
 			}
 		})
 	}
