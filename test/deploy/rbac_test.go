@@ -90,6 +90,7 @@ var needs = map[string][]access{
 		{verb: "get", group: "apps", resource: "deployments", subresource: "scale", namespace: appNS},
 		{verb: "get", group: "apps", resource: "statefulsets", subresource: "scale", namespace: appNS},
 		{verb: "get", group: "postgresql.cnpg.io", resource: "clusters", subresource: "scale", namespace: appNS},
+		{verb: "get", group: "*", resource: "*", subresource: "scale", namespace: appNS},
 		// The built-in controller's Endpoints, deleted on adoption.
 		{verb: "get", resource: "endpoints", namespace: appNS},
 		{verb: "delete", resource: "endpoints", namespace: appNS},
