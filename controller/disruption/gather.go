@@ -28,10 +28,10 @@ type Sources struct {
 	// does not cache the cluster's pods), trimmed: a StreamingPods. Nil:
 	// APIReader lists them whole (tests without an API server).
 	Pods PodLister
-	// Scales reads the /scale subresource of the pods' controllers that are
-	// neither ReplicaSets nor StatefulSets (the controller's client: its
-	// subresource reads go to the API server). Nil: such pods make a
-	// budget allow nothing, unless it is an integer minAvailable.
+	// Scales reads the /scale subresource of the pods' controllers, of any
+	// kind (the controller's client: its subresource reads go to the API
+	// server). Nil: pods with a controller make a budget allow nothing,
+	// unless it is an integer minAvailable.
 	Scales client.SubResourceClientConstructor
 	// Agent is the agents' ServiceAccount: a node's verdicts count only
 	// while a Ready pod of that ServiceAccount runs there. Empty, every

@@ -67,16 +67,18 @@ type decided struct {
 // first, the update conflicts and the decision is made again on what it
 // wrote. key is the reservation written, if any.
 //
-// Each attempt reads the resource first and the pods after: a reservation
-// in the resource was written for a pod that existed then, so a pod list
-// read later that lacks it proves the pod gone. A list read before could
-// lack a pod created meanwhile and reserved by another replica, and the
-// write would drop that reservation.
+// The resource is read first and the pods after: a reservation in the
+// resource was written for a pod that existed then, so a pod list read
+// later that lacks it proves the pod gone. A list read before could lack a
+// pod created meanwhile and reserved by another replica, and the write
+// would drop that reservation. So a retry reads the pods again when the
+// resource it read names a pod its list lacks.
 func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, dryRun bool) (decided, error) {
 	// Whole seconds: the time read back from the status must equal the
 	// key's, to give the reservation back.
 	now := metav1.NewTime(g.now()).Rfc3339Copy()
 	out := decided{swh: swh}
+	var in Inputs
 	err := onConflict(ctx, func() error {
 		cur := &swhv1alpha1.ServiceWithHealthchecks{}
 		if err := g.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), cur); err != nil {
@@ -91,10 +93,14 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 			out.outcome = outcomeAllowed
 			return nil
 		}
-		in, err := g.read(ctx, cur, now.Time)
-		if err != nil {
-			return err
+		if in.Resource == nil || reservesUnlisted(cur, in.Pods) {
+			read, err := g.read(ctx, cur, now.Time)
+			if err != nil {
+				return err
+			}
+			in = read
 		}
+		in.Resource = cur
 		// A retried eviction (the pod holds a reservation: its eviction was
 		// allowed, then refused further on) is judged again on the current
 		// count, leaving out only its own reservation.
@@ -120,7 +126,6 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 		// precondition, it makes another replica that still counted the pod
 		// available decide again. A retry's reservation is renewed.
 		r := swhv1alpha1.DisruptionReservation{Pod: pod.Name, UID: pod.UID, Time: now}
-		in.Resource = cur
 		cur.Status.Disruption = &swhv1alpha1.DisruptionStatus{Reservations: append(ev.Reservations, r)}
 		after := Evaluate(in) // counts the new reservation
 		cur.Status.Disruption = after.Status(cur.Generation)
@@ -143,6 +148,25 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 		return decided{}, err
 	}
 	return out, nil
+}
+
+// reservesUnlisted says whether swh holds a reservation for a pod that
+// pods (listed before swh was read) lack.
+func reservesUnlisted(swh *swhv1alpha1.ServiceWithHealthchecks, pods []corev1.Pod) bool {
+	st := swh.Status.Disruption
+	if st == nil {
+		return false
+	}
+	listed := make(map[types.UID]bool, len(pods))
+	for i := range pods {
+		listed[pods[i].UID] = true
+	}
+	for _, r := range st.Reservations {
+		if !listed[r.UID] {
+			return true
+		}
+	}
+	return false
 }
 
 // withoutReservation returns in with the resource's reservations of pod

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -184,11 +185,16 @@ func TestConflictKeepsOtherReservation(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		swh := k.resource(t)
-		swh.Status.Disruption = &swhv1alpha1.DisruptionStatus{Reservations: []swhv1alpha1.DisruptionReservation{
-			{Pod: pod.Name, UID: pod.UID, Time: metav1.NewTime(time.Now().Truncate(time.Second))},
-		}}
-		if err := controlPlane.Client.Status().Update(ctx, swh); err != nil {
+		// Written as a replica does: on the resource as read, retried when
+		// the status reconciler wrote first.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			swh := k.resource(t)
+			swh.Status.Disruption = &swhv1alpha1.DisruptionStatus{Reservations: []swhv1alpha1.DisruptionReservation{
+				{Pod: pod.Name, UID: pod.UID, Time: metav1.NewTime(time.Now().Truncate(time.Second))},
+			}}
+			return controlPlane.Client.Status().Update(ctx, swh)
+		})
+		if err != nil {
 			t.Error(err)
 		}
 	}
@@ -199,7 +205,7 @@ func TestConflictKeepsOtherReservation(t *testing.T) {
 		}
 		return err
 	}})
-	g := &disruption.Guard{Sources: disruption.Sources{Cache: guards[0].cache, APIReader: reader}, Client: base}
+	g := &disruption.Guard{Sources: disruption.Sources{Cache: guards[0].cache, APIReader: reader, Scales: base}, Client: base}
 	pod := &corev1.Pod{}
 	if err := controlPlane.Client.Get(ctx, types.NamespacedName{Namespace: k.ns, Name: brokerName(0)}, pod); err != nil {
 		t.Fatal(err)

@@ -53,7 +53,7 @@ func TestCountMemory(t *testing.T) {
 			Spec: swhv1alpha1.ServiceWithHealthchecksSpec{
 				Ports:    []swhv1alpha1.ServicePort{{Name: "client", Port: clientPort, TargetPort: intstr.FromInt32(clientPort)}},
 				Selector: map[string]string{"app": "big"},
-				Healthcheck: &swhv1alpha1.Healthcheck{PeriodSeconds: 10, Probes: []swhv1alpha1.Probe{{Mode: swhv1alpha1.ProbeModeTCP,
+				Healthcheck: &swhv1alpha1.Healthcheck{PeriodSeconds: 10, Probes: []swhv1alpha1.Probe{{Mode: swhv1alpha1.ProbeModeTCP, TimeoutSeconds: 1, SuccessThreshold: 1, FailureThreshold: 1,
 					TCP: &swhv1alpha1.TCPProbe{TargetPort: intstr.FromInt32(clientPort)}}}},
 				DisruptionBudget: budgetMaxUnavailable(1),
 			},

@@ -3,6 +3,7 @@ package disruption_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func operatorKinds(t *testing.T) {
 			"metadata": map[string]any{"name": plural + "." + operatorGroup},
 			"spec": map[string]any{
 				"group": operatorGroup, "scope": "Namespaced",
-				"names":    map[string]any{"kind": kind, "plural": plural, "singular": kind, "listKind": kind + "List"},
+				"names":    map[string]any{"kind": kind, "plural": plural, "singular": strings.ToLower(kind), "listKind": kind + "List"},
 				"versions": []any{version},
 			},
 		}}
