@@ -120,6 +120,12 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 		case dryRun:
 			out.outcome = outcomeAllowed
 			return nil
+		case g.heldFresh(in, pod.UID, now.Time):
+			// A retry allowed again, whose reservation is young: any
+			// decision made meanwhile counts it, so renewing it would only
+			// make the retries of one drain conflict with each other.
+			out.outcome = outcomeAllowed
+			return nil
 		}
 		// A reservation for an unavailable pod too (it takes no disruption:
 		// the pod counts as unavailable already): written under the same
@@ -148,6 +154,24 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 		return decided{}, err
 	}
 	return out, nil
+}
+
+// heldFresh says whether pod holds a reservation that counts for at least
+// half the reservation timeout more: a retry allowed again leaves it as it
+// is. An older one is renewed, under the precondition, so that it cannot
+// expire under a decision made meanwhile that would count the pod as
+// available.
+func (g *Guard) heldFresh(in Inputs, pod types.UID, now time.Time) bool {
+	timeout := g.ReservationTimeout
+	if timeout <= 0 {
+		timeout = DefaultReservationTimeout
+	}
+	for _, r := range liveReservations(in) {
+		if r.UID == pod && now.Sub(r.Time.Time) < timeout/2 {
+			return true
+		}
+	}
+	return false
 }
 
 // reservesUnlisted says whether swh holds a reservation for a pod that

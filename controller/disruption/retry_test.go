@@ -104,17 +104,25 @@ func TestAnotherReplicasReservationSurvives(t *testing.T) {
 // allowed, then refused further on) is judged again on a retry, on the
 // current count without its own reservation.
 func TestRetryIsJudgedAgain(t *testing.T) {
-	reserved := swhv1alpha1.DisruptionReservation{Pod: "b-1", UID: "uid-b-1", Time: metav1.NewTime(now.Add(-10 * time.Second))}
+	young := swhv1alpha1.DisruptionReservation{Pod: "b-1", UID: "uid-b-1", Time: metav1.NewTime(now.Add(-10 * time.Second))}
+	old := young
+	old.Time = metav1.NewTime(now.Add(-90 * time.Second))
+	allPass := map[string]bool{"b-0": true, "b-1": true, "b-2": true}
 	tests := []struct {
-		name    string
-		passing map[string]bool
-		allowed bool
+		name     string
+		reserved swhv1alpha1.DisruptionReservation
+		passing  map[string]bool
+		allowed  bool
+		renewed  bool
 	}{
-		{name: "everything else passes", passing: map[string]bool{"b-0": true, "b-1": true, "b-2": true}, allowed: true},
-		{name: "another broker stopped passing", passing: map[string]bool{"b-0": true, "b-1": true, "b-2": false}},
+		{name: "everything else passes", reserved: young, passing: allPass, allowed: true},
+		{name: "everything else passes, the reservation is old", reserved: old, passing: allPass, allowed: true, renewed: true},
+		{name: "another broker stopped passing", reserved: young, passing: map[string]bool{"b-0": true, "b-1": true, "b-2": false}},
+		{name: "another broker stopped passing, the reservation is old", reserved: old, passing: map[string]bool{"b-0": true, "b-1": true, "b-2": false}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			reserved := tt.reserved
 			swh := resource(swhv1alpha1.DisruptionBudget{MaxUnavailable: ptr.To(intstr.FromInt32(1)), Ports: []string{"client"}}, reserved)
 			g := fakeGuard(t, interceptor.Funcs{}, append(brokerObjects(tt.passing), swh)...)
 			g.Now = func() time.Time { return now }
@@ -129,7 +137,7 @@ func TestRetryIsJudgedAgain(t *testing.T) {
 			if len(rs) != 1 || rs[0].UID != "uid-b-1" {
 				t.Fatalf("reservations %+v, want b-1's only", rs)
 			}
-			if want := map[bool]time.Time{true: now, false: reserved.Time.Time}[tt.allowed]; !rs[0].Time.Time.Equal(want) {
+			if want := map[bool]time.Time{true: now, false: reserved.Time.Time}[tt.renewed]; !rs[0].Time.Time.Equal(want) {
 				t.Errorf("reservation time %v, want %v", rs[0].Time, want)
 			}
 		})
