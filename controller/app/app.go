@@ -73,6 +73,10 @@ type Options struct {
 	WebhookCertDir string
 	// ReservationTimeout defaults to disruption.DefaultReservationTimeout.
 	ReservationTimeout time.Duration
+	// EvictionWebhookTimeout is the eviction webhook's timeoutSeconds
+	// (disruption.DefaultWebhookTimeout when 0): the guard bounds each
+	// decision inside it.
+	EvictionWebhookTimeout time.Duration
 }
 
 // NewScheme returns the types the controller reads and writes.
@@ -199,8 +203,14 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 // setupGuard registers the eviction guard's webhook (every replica) and
 // the disruption status reconciler (the leader).
 func setupGuard(mgr ctrl.Manager, opts Options, registry metrics.RegistererGatherer) error {
+	// The selected pods, streamed and trimmed: a tenant's pods can be big,
+	// and every count of every replica lists them.
+	pods, err := disruption.NewStreamingPods(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return err
+	}
 	sources := disruption.Sources{
-		Cache: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Cache: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Scales: mgr.GetClient(), Pods: pods,
 		Agent: opts.AgentServiceAccount, ReservationTimeout: opts.ReservationTimeout,
 	}
 	sr := &disruption.StatusReconciler{Sources: sources, Client: mgr.GetClient()}
@@ -236,7 +246,8 @@ func setupGuard(mgr ctrl.Manager, opts Options, registry metrics.RegistererGathe
 	}); err != nil {
 		return fmt.Errorf("adding the guard's readiness check: %w", err)
 	}
-	guard := &disruption.Guard{Sources: sources, Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: dm}
+	guard := &disruption.Guard{Sources: sources, Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: dm,
+		WebhookTimeout: opts.EvictionWebhookTimeout}
 	server := mgr.GetWebhookServer()
 	server.Register(disruption.Path, &webhook.Admission{Handler: guard})
 	if err := mgr.AddReadyzCheck("webhook", server.StartedChecker()); err != nil {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
 )
 
 // DefaultReservationTimeout is how long a reservation counts when its pod
@@ -40,6 +41,9 @@ type Inputs struct {
 	Slices []discoveryv1.EndpointSlice
 	// Expected is the number of pods the budget is counted over.
 	Expected int32
+	// ExpectedProblem says why Expected could not be counted ("" when it
+	// could): the budget then allows no disruption.
+	ExpectedProblem string
 	// Liveness judges nodes; nil trusts every node.
 	Liveness Liveness
 	// Now and ReservationTimeout decide which reservations still count.
@@ -59,13 +63,16 @@ type Evaluation struct {
 	Reservations []swhv1alpha1.DisruptionReservation
 	// Ports are the ports the budget requires, for messages.
 	Ports []string
+	// Problem is Inputs.ExpectedProblem: Desired is unknown and nothing is
+	// allowed.
+	Problem string
 }
 
 // Evaluate counts the budget of in.Resource, which must have one.
 func Evaluate(in Inputs) Evaluation {
 	budget := in.Resource.Spec.DisruptionBudget
 	ports := budgetPorts(in.Resource)
-	ready := readyByPort(in.Slices)
+	ready := verdicts(in.Slices)
 	live := liveReservations(in)
 	reserved := make(map[types.UID]bool, len(live))
 	for _, r := range live {
@@ -88,6 +95,10 @@ func Evaluate(in Inputs) Evaluation {
 		ev.Unavailable = append(ev.Unavailable, swhv1alpha1.UnavailablePod{Pod: pod.Name, Reason: reason})
 	}
 	ev.Desired = desiredHealthy(budget, in.Expected)
+	if in.ExpectedProblem != "" {
+		ev.Problem = in.ExpectedProblem
+		return ev
+	}
 	if ev.Healthy > ev.Desired {
 		ev.Allowed = ev.Healthy - ev.Desired
 	}
@@ -95,7 +106,7 @@ func Evaluate(in Inputs) Evaluation {
 }
 
 // podProblem returns why pod does not count as available, or "".
-func podProblem(pod *corev1.Pod, ports []string, ready map[string]map[types.UID]string, reserved map[types.UID]bool, liveness Liveness) string {
+func podProblem(pod *corev1.Pod, ports []string, ready map[endpointKey]bool, reserved map[types.UID]bool, liveness Liveness) string {
 	switch {
 	case pod.DeletionTimestamp != nil:
 		return "terminating"
@@ -111,7 +122,7 @@ func podProblem(pod *corev1.Pod, ports []string, ready map[string]map[types.UID]
 	}
 	var failing []string
 	for _, port := range ports {
-		if node, ok := ready[port][pod.UID]; !ok || node != pod.Spec.NodeName {
+		if !ready[endpointKey{port: port, pod: pod.UID, node: pod.Spec.NodeName}] {
 			failing = append(failing, portLabel(port))
 		}
 	}
@@ -153,33 +164,48 @@ func budgetPorts(swh *swhv1alpha1.ServiceWithHealthchecks) []string {
 	return ports
 }
 
-// readyByPort maps a port name to the pods ready on it in the slices, with
-// the node each endpoint names: an endpoint counts only on its pod's node
-// (podProblem), so a slice left by a pod's previous node does not vouch for
-// it.
-func readyByPort(slices []discoveryv1.EndpointSlice) map[string]map[types.UID]string {
-	out := map[string]map[types.UID]string{}
+// endpointKey is a pod's endpoints on one port published by one node's
+// agent.
+type endpointKey struct {
+	port string
+	pod  types.UID
+	node string
+}
+
+// verdicts says, for each pod, port and node, whether every endpoint that
+// node's agent publishes for the pod there passes: serving (the probes'
+// verdict, which publishNotReadyAddresses leaves alone, unlike ready) and
+// not terminating. An endpoint counts only in a slice labelled as its own
+// node's (the admission policy lets an agent write only those, with its own
+// nodeName), and podProblem reads only the pod's own node's: another node's
+// agent can name any pod in its slices, and must neither vouch for nor veto
+// it, nor can a slice left by a pod's previous node.
+func verdicts(slices []discoveryv1.EndpointSlice) map[endpointKey]bool {
+	out := map[endpointKey]bool{}
 	for i := range slices {
 		s := &slices[i]
 		if len(s.Ports) != 1 || s.Ports[0].Name == nil {
 			continue
 		}
 		name := *s.Ports[0].Name
+		label := s.Labels[endpoints.DefaultNodeLabel]
 		for _, ep := range s.Endpoints {
-			if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" || ep.Conditions.Ready == nil || !*ep.Conditions.Ready {
+			node := ptrString(ep.NodeName)
+			if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" || node == "" || endpoints.NodeLabelValue(node) != label {
 				continue
 			}
-			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
-				continue
+			passing := isTrue(ep.Conditions.Serving) && !isTrue(ep.Conditions.Terminating)
+			k := endpointKey{port: name, pod: ep.TargetRef.UID, node: node}
+			if prev, seen := out[k]; seen {
+				passing = passing && prev
 			}
-			if out[name] == nil {
-				out[name] = map[types.UID]string{}
-			}
-			out[name][ep.TargetRef.UID] = ptrString(ep.NodeName)
+			out[k] = passing
 		}
 	}
 	return out
 }
+
+func isTrue(p *bool) bool { return p != nil && *p }
 
 // liveReservations drops the reservations that no longer count: expired,
 // or whose pod is terminating, gone or replaced by a pod of the same name.

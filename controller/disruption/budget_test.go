@@ -1,6 +1,7 @@
 package disruption
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -40,17 +41,15 @@ func broker(name, node string) corev1.Pod {
 	}
 }
 
-// slice publishes pods on one port, ready as given; b-N is on node nN.
-func slice(port string, ready map[string]bool) discoveryv1.EndpointSlice {
-	s := discoveryv1.EndpointSlice{Ports: []discoveryv1.EndpointPort{{Name: ptr.To(port)}}}
+// slice publishes pods on one port, ready as given, each in its node's
+// agent slice; b-N is on node nN.
+func slice(port string, ready map[string]bool) []discoveryv1.EndpointSlice {
+	var out []discoveryv1.EndpointSlice
 	for name, r := range ready {
-		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{
-			NodeName:   ptr.To("n" + name[len(name)-1:]),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(r), Serving: ptr.To(r), Terminating: ptr.To(false)},
-			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: name, UID: types.UID("uid-" + name)},
-		})
+		node := "n" + name[len(name)-1:]
+		out = append(out, agentSlice(port, node, endpointOf(name, node, r, r, false)))
 	}
-	return s
+	return out
 }
 
 type livenessFunc func(string) string
@@ -73,27 +72,27 @@ func TestEvaluate(t *testing.T) {
 		allowed     int32
 		unavailable []string
 	}{
-		{name: "all pass", swh: resource(maxOne), pods: three, slices: []discoveryv1.EndpointSlice{allReady}, expected: 3, healthy: 3, desired: 2, allowed: 1},
+		{name: "all pass", swh: resource(maxOne), pods: three, slices: allReady, expected: 3, healthy: 3, desired: 2, allowed: 1},
 		{name: "Ready but not passing counts as unavailable", swh: resource(maxOne), pods: three,
-			slices:   []discoveryv1.EndpointSlice{slice("client", map[string]bool{"b-0": false, "b-1": true, "b-2": true})},
+			slices:   slice("client", map[string]bool{"b-0": false, "b-1": true, "b-2": true}),
 			expected: 3, healthy: 2, desired: 2, allowed: 0, unavailable: []string{"b-0: not ready on port client"}},
 		{name: "only the budget's ports count", swh: resource(maxOne), pods: three,
-			slices:   []discoveryv1.EndpointSlice{allReady, slice("metrics", map[string]bool{"b-0": false})},
+			slices:   slices.Concat(allReady, slice("metrics", map[string]bool{"b-0": false})),
 			expected: 3, healthy: 3, desired: 2, allowed: 1},
 		{name: "every port without ports", swh: resource(swhv1alpha1.DisruptionBudget{MinAvailable: ptr.To(intstr.FromInt32(2))}), pods: three,
-			slices:   []discoveryv1.EndpointSlice{allReady, slice("metrics", map[string]bool{"b-0": false, "b-1": true, "b-2": true})},
+			slices:   slices.Concat(allReady, slice("metrics", map[string]bool{"b-0": false, "b-1": true, "b-2": true})),
 			expected: 3, healthy: 2, desired: 2, allowed: 0, unavailable: []string{"b-0: not ready on port metrics"}},
-		{name: "unpublished pod", swh: resource(maxOne), pods: append(three[:2:2], broker("b-3", "n2")), slices: []discoveryv1.EndpointSlice{allReady},
+		{name: "unpublished pod", swh: resource(maxOne), pods: append(three[:2:2], broker("b-3", "n2")), slices: allReady,
 			expected: 3, healthy: 2, desired: 2, unavailable: []string{"b-3: not ready on port client"}},
-		{name: "a gone member still counts as expected", swh: resource(maxOne), pods: three[:2], slices: []discoveryv1.EndpointSlice{allReady},
+		{name: "a gone member still counts as expected", swh: resource(maxOne), pods: three[:2], slices: allReady,
 			expected: 3, healthy: 2, desired: 2},
 		{name: "reserved pod does not count", swh: resource(maxOne, swhv1alpha1.DisruptionReservation{Pod: "b-1", UID: "uid-b-1", Time: metav1.NewTime(now.Add(-time.Minute))}),
-			pods: three, slices: []discoveryv1.EndpointSlice{allReady}, expected: 3, healthy: 2, desired: 2, unavailable: []string{"b-1: its eviction was allowed"}},
+			pods: three, slices: allReady, expected: 3, healthy: 2, desired: 2, unavailable: []string{"b-1: its eviction was allowed"}},
 		{name: "expired reservation is dropped", swh: resource(maxOne, swhv1alpha1.DisruptionReservation{Pod: "b-1", UID: "uid-b-1", Time: metav1.NewTime(now.Add(-3 * time.Minute))}),
-			pods: three, slices: []discoveryv1.EndpointSlice{allReady}, expected: 3, healthy: 3, desired: 2, allowed: 1},
+			pods: three, slices: allReady, expected: 3, healthy: 3, desired: 2, allowed: 1},
 		{name: "reservation of a replaced pod is dropped", swh: resource(maxOne, swhv1alpha1.DisruptionReservation{Pod: "b-1", UID: "old", Time: metav1.NewTime(now)}),
-			pods: three, slices: []discoveryv1.EndpointSlice{allReady}, expected: 3, healthy: 3, desired: 2, allowed: 1},
-		{name: "node not Ready", swh: resource(maxOne), pods: three, slices: []discoveryv1.EndpointSlice{allReady}, expected: 3,
+			pods: three, slices: allReady, expected: 3, healthy: 3, desired: 2, allowed: 1},
+		{name: "node not Ready", swh: resource(maxOne), pods: three, slices: allReady, expected: 3,
 			liveness: livenessFunc(func(n string) string {
 				if n == "n2" {
 					return "node n2 is not Ready"
@@ -101,12 +100,12 @@ func TestEvaluate(t *testing.T) {
 				return ""
 			}), healthy: 2, desired: 2, unavailable: []string{"b-2: node n2 is not Ready"}},
 		{name: "an endpoint of the pod's previous node does not count", swh: resource(maxOne),
-			pods: []corev1.Pod{broker("b-0", "n0"), broker("b-1", "n1"), broker("b-2", "n7")}, slices: []discoveryv1.EndpointSlice{allReady},
+			pods: []corev1.Pod{broker("b-0", "n0"), broker("b-1", "n1"), broker("b-2", "n7")}, slices: allReady,
 			expected: 3, healthy: 2, desired: 2, unavailable: []string{"b-2: not ready on port client"}},
 		{name: "percentages round up", swh: resource(swhv1alpha1.DisruptionBudget{MinAvailable: ptr.To(intstr.FromString("50%")), Ports: []string{"client"}}),
-			pods: three, slices: []discoveryv1.EndpointSlice{allReady}, expected: 3, healthy: 3, desired: 2, allowed: 1},
+			pods: three, slices: allReady, expected: 3, healthy: 3, desired: 2, allowed: 1},
 		{name: "maxUnavailable percent", swh: resource(swhv1alpha1.DisruptionBudget{MaxUnavailable: ptr.To(intstr.FromString("10%")), Ports: []string{"client"}}),
-			pods: three, slices: []discoveryv1.EndpointSlice{allReady}, expected: 3, healthy: 3, desired: 2, allowed: 1},
+			pods: three, slices: allReady, expected: 3, healthy: 3, desired: 2, allowed: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +141,6 @@ func TestJudge(t *testing.T) {
 	}{
 		{"healthy pod, one allowed", ifHealthy, Evaluation{Available: map[types.UID]bool{pod.UID: true}, Healthy: 3, Desired: 2, Allowed: 1}, verdictReserve},
 		{"healthy pod, none allowed", ifHealthy, Evaluation{Available: map[types.UID]bool{pod.UID: true}, Healthy: 2, Desired: 2}, verdictDeny},
-		{"already reserved", ifHealthy, Evaluation{Reservations: []swhv1alpha1.DisruptionReservation{{Pod: "b-0", UID: pod.UID}}, Healthy: 2, Desired: 2}, verdictAlready},
 		{"unhealthy pod while the budget holds", ifHealthy, Evaluation{Available: map[types.UID]bool{}, Healthy: 2, Desired: 2}, verdictUnhealthy},
 		{"unhealthy pod while the budget is broken", ifHealthy, Evaluation{Available: map[types.UID]bool{}, Healthy: 1, Desired: 2}, verdictDeny},
 		{"unhealthy pod, AlwaysAllow", always, Evaluation{Available: map[types.UID]bool{}, Healthy: 1, Desired: 2}, verdictUnhealthy},

@@ -2,34 +2,49 @@ package disruption
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
 
+// errNoScale says a pod's controller declares no number of replicas this
+// can read: kube's disruption controller then allows no disruption, and
+// so does the guard.
+var errNoScale = errors.New("no scale")
+
 // expectedPods is the number of pods a budget is counted over, as kube's
-// disruption controller counts it: the replicas the pods' workloads
-// declare (a Deployment through its ReplicaSets, a ReplicaSet, a
-// StatefulSet), each workload once, plus one per selected pod no such
-// workload controls. So a StatefulSet member that is gone, not yet
+// disruption controller counts it (getExpectedScale): the replicas that
+// the pods' controllers declare, each controller once, plus one per
+// selected pod no controller controls. A Deployment counts through its
+// ReplicaSets; a ReplicaSet, a StatefulSet, and any other controller with
+// a /scale subresource (a CloudNativePG Cluster, a custom operator's kind)
+// count the replicas of their /scale. So a member that is gone, not yet
 // recreated, still counts as expected and unavailable. Terminal pods are
-// left out. The reads go to the API server (reader): caching every
-// workload of the cluster is not worth one eviction's few reads.
-func expectedPods(ctx context.Context, reader client.Reader, pods []corev1.Pod) (int32, error) {
-	type workload struct {
-		uid      types.UID
-		replicas int32
-	}
-	// By the pods' controller: one or two reads per ReplicaSet or
-	// StatefulSet, not per pod.
+// left out. The reads go to the API server: caching every workload of the
+// cluster is not worth one eviction's few reads.
+//
+// A controller whose replicas cannot be read (gone, replaced, no /scale,
+// not allowed) makes problem say so: the budget then allows nothing, as
+// kube's disruption controller does. Only an integer minAvailable, which
+// kube counts over the selected pods, does without: the pod counts as
+// itself.
+func expectedPods(ctx context.Context, s *Sources, budget *swhv1alpha1.DisruptionBudget, pods []corev1.Pod) (total int32, problem string, err error) {
+	needScale := budget == nil || budget.MinAvailable == nil || budget.MinAvailable.Type != intstr.Int
 	byController := map[types.UID]workload{}
 	seen := map[types.UID]bool{}
-	var total int32
 	for i := range pods {
 		pod := &pods[i]
 		if terminal(pod) {
@@ -42,11 +57,15 @@ func expectedPods(ctx context.Context, reader client.Reader, pods []corev1.Pod) 
 		}
 		w, known := byController[ref.UID]
 		if !known {
-			uid, replicas, err := workloadOf(ctx, reader, pod.Namespace, ref)
-			if err != nil {
-				return 0, fmt.Errorf("finding the workload of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			w, err = s.workloadOf(ctx, pod.Namespace, ref)
+			switch {
+			case errors.Is(err, errNoScale) && needScale:
+				return 0, fmt.Sprintf("the replicas of %s %s, the controller of pod %s, cannot be read: %v", ref.Kind, ref.Name, pod.Name, err), nil
+			case errors.Is(err, errNoScale):
+				w, err = workload{}, nil
+			case err != nil:
+				return 0, "", fmt.Errorf("finding the workload of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 			}
-			w = workload{uid: uid, replicas: replicas}
 			byController[ref.UID] = w
 		}
 		switch {
@@ -57,58 +76,96 @@ func expectedPods(ctx context.Context, reader client.Reader, pods []corev1.Pod) 
 			total += w.replicas
 		}
 	}
-	return total, nil
+	return total, "", nil
+}
+
+// workload is what declares a pod's replicas; uid "" counts the pod as
+// itself.
+type workload struct {
+	uid      types.UID
+	replicas int32
 }
 
 // workloadOf follows a pod's controller to the workload that declares its
-// replicas; "" when there is none this knows (the pod counts as itself).
-func workloadOf(ctx context.Context, reader client.Reader, ns string, ref *metav1.OwnerReference) (types.UID, int32, error) {
-	if ref == nil {
-		return "", 0, nil
+// replicas, as kube's disruption controller's finders do: a ReplicaSet's
+// Deployment, else the controller itself, through its /scale. Only
+// metadata and scales are read: a workload's pod template, which its
+// owner may fill, is never loaded. It returns an error wrapping errNoScale
+// when no scale can be read.
+func (s *Sources) workloadOf(ctx context.Context, ns string, ref *metav1.OwnerReference) (workload, error) {
+	if ref.APIVersion == "apps/v1" && ref.Kind == "ReplicaSet" {
+		rs := &metav1.PartialObjectMetadata{}
+		rs.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))
+		err := s.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, rs)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return workload{}, fmt.Errorf("reading ReplicaSet %s: %w", ref.Name, err)
+		}
+		if owner := metav1.GetControllerOf(rs); err == nil && rs.UID == ref.UID && owner != nil && owner.APIVersion == "apps/v1" && owner.Kind == "Deployment" {
+			w, err := s.scaleOf(ctx, ns, owner)
+			if !errors.Is(err, errNoScale) {
+				return w, err
+			}
+			// The Deployment is gone or replaced: the ReplicaSet's own.
+		}
 	}
-	key := client.ObjectKey{Namespace: ns, Name: ref.Name}
+	return s.scaleOf(ctx, ns, ref)
+}
+
+// scaleOf reads the /scale subresource of a pod's controller, of any kind.
+func (s *Sources) scaleOf(ctx context.Context, ns string, ref *metav1.OwnerReference) (workload, error) {
+	if s.Scales == nil {
+		return workload{}, fmt.Errorf("%w: scales are not read here (%s %s)", errNoScale, ref.Kind, ref.Name)
+	}
+	scale := &autoscalingv1.Scale{}
+	var err error
+	if obj := typedWorkload(ref); obj != nil {
+		obj.SetNamespace(ns)
+		obj.SetName(ref.Name)
+		err = s.Scales.SubResource("scale").Get(ctx, obj, scale)
+	} else {
+		obj := &unstructured.Unstructured{}
+		obj.SetAPIVersion(ref.APIVersion)
+		obj.SetKind(ref.Kind)
+		obj.SetNamespace(ns)
+		obj.SetName(ref.Name)
+		out := &unstructured.Unstructured{}
+		out.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
+		err = s.Scales.SubResource("scale").Get(ctx, obj, out)
+		if err == nil {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(out.Object, scale); err != nil {
+				return workload{}, fmt.Errorf("%w: decoding the scale of %s %s: %w", errNoScale, ref.Kind, ref.Name, err)
+			}
+		}
+	}
 	switch {
-	case ref.APIVersion == "apps/v1" && ref.Kind == "ReplicaSet":
-		rs := &appsv1.ReplicaSet{}
-		if err := reader.Get(ctx, key, rs); err != nil {
-			return ignoreGone(err)
-		}
-		if rs.UID != ref.UID {
-			return "", 0, nil
-		}
-		if owner := metav1.GetControllerOf(rs); owner != nil && owner.APIVersion == "apps/v1" && owner.Kind == "Deployment" {
-			d := &appsv1.Deployment{}
-			if err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: owner.Name}, d); err != nil {
-				return ignoreGone(err)
-			}
-			if d.UID == owner.UID {
-				return d.UID, replicas(d.Spec.Replicas), nil
-			}
-		}
-		return rs.UID, replicas(rs.Spec.Replicas), nil
-	case ref.APIVersion == "apps/v1" && ref.Kind == "StatefulSet":
-		ss := &appsv1.StatefulSet{}
-		if err := reader.Get(ctx, key, ss); err != nil {
-			return ignoreGone(err)
-		}
-		if ss.UID == ref.UID {
-			return ss.UID, replicas(ss.Spec.Replicas), nil
-		}
+	case apierrors.IsNotFound(err):
+		// Gone, or a kind without a /scale subresource: the API server does
+		// not tell them apart, nor does kube's disruption controller.
+		return workload{}, fmt.Errorf("%w: %s %s (%s) has no /scale subresource, or is gone", errNoScale, ref.Kind, ref.Name, ref.APIVersion)
+	case meta.IsNoMatchError(err), apierrors.IsForbidden(err), apierrors.IsMethodNotSupported(err):
+		return workload{}, fmt.Errorf("%w: %w", errNoScale, err)
+	case err != nil:
+		return workload{}, fmt.Errorf("reading the scale of %s %s: %w", ref.Kind, ref.Name, err)
 	}
-	return "", 0, nil
+	if scale.UID != ref.UID {
+		return workload{}, fmt.Errorf("%w: %s %s is not the pod's controller any more (UID %s, the pod names %s)", errNoScale, ref.Kind, ref.Name, scale.UID, ref.UID)
+	}
+	return workload{uid: scale.UID, replicas: scale.Spec.Replicas}, nil
 }
 
-// ignoreGone makes a workload deleted meanwhile count its pod as itself.
-func ignoreGone(err error) (types.UID, int32, error) {
-	if apierrors.IsNotFound(err) {
-		return "", 0, nil
+// typedWorkload is an empty object of the built-in kind ref names, nil for
+// another kind (read as unstructured).
+func typedWorkload(ref *metav1.OwnerReference) client.Object {
+	if ref.APIVersion != "apps/v1" {
+		return nil
 	}
-	return "", 0, err
-}
-
-func replicas(p *int32) int32 {
-	if p == nil {
-		return 1
+	switch ref.Kind {
+	case "Deployment":
+		return &appsv1.Deployment{}
+	case "ReplicaSet":
+		return &appsv1.ReplicaSet{}
+	case "StatefulSet":
+		return &appsv1.StatefulSet{}
 	}
-	return *p
+	return nil
 }

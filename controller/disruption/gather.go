@@ -24,6 +24,15 @@ type Sources struct {
 	// from the API server: a decision must not rest on a stale resource, and
 	// the controller does not cache the cluster's pods.
 	APIReader client.Reader
+	// Pods lists the selected pods from the API server (the controller
+	// does not cache the cluster's pods), trimmed: a StreamingPods. Nil:
+	// APIReader lists them whole (tests without an API server).
+	Pods PodLister
+	// Scales reads the /scale subresource of the pods' controllers, of any
+	// kind (the controller's client: its subresource reads go to the API
+	// server). Nil: pods with a controller make a budget allow nothing,
+	// unless it is an integer minAvailable.
+	Scales client.SubResourceClientConstructor
 	// Agent is the agents' ServiceAccount: a node's verdicts count only
 	// while a Ready pod of that ServiceAccount runs there. Empty, every
 	// Ready node's verdicts count (agents outside the cluster, tests).
@@ -35,8 +44,12 @@ type Sources struct {
 // read gathers what Evaluate needs for swh, except the reservations, which
 // come with swh itself.
 func (s *Sources) read(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, now time.Time) (Inputs, error) {
-	pods := &corev1.PodList{}
-	if err := s.APIReader.List(ctx, pods, client.InNamespace(swh.Namespace), client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(swh.Spec.Selector)}); err != nil {
+	var lister PodLister = readerPods{s.APIReader}
+	if s.Pods != nil {
+		lister = s.Pods
+	}
+	pods, err := lister.SelectedPods(ctx, swh.Namespace, labels.SelectorFromSet(swh.Spec.Selector))
+	if err != nil {
 		return Inputs{}, fmt.Errorf("listing the pods of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	slices := &discoveryv1.EndpointSliceList{}
@@ -46,7 +59,7 @@ func (s *Sources) read(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 	}); err != nil {
 		return Inputs{}, fmt.Errorf("listing the slices of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
-	expected, err := expectedPods(ctx, s.APIReader, pods.Items)
+	expected, problem, err := expectedPods(ctx, s, swh.Spec.DisruptionBudget, pods)
 	if err != nil {
 		return Inputs{}, err
 	}
@@ -55,7 +68,7 @@ func (s *Sources) read(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 		return Inputs{}, err
 	}
 	return Inputs{
-		Resource: swh, Pods: pods.Items, Slices: slices.Items, Expected: expected,
+		Resource: swh, Pods: pods, Slices: slices.Items, Expected: expected, ExpectedProblem: problem,
 		Liveness: live, Now: now, ReservationTimeout: s.ReservationTimeout,
 	}, nil
 }

@@ -25,11 +25,22 @@ import (
 // Path is where the webhook server serves the guard.
 const Path = "/validate-eviction"
 
-// DefaultDecisionTimeout bounds one decision, well inside the chart's
-// webhook timeout (5 s): an answer the API server never gets is a failure
-// (failurePolicy Fail: HTTP 500, which kubectl drain does not retry), an
-// answer of 429 is retried.
-const DefaultDecisionTimeout = 3 * time.Second
+// DefaultWebhookTimeout is the webhook's timeoutSeconds in the chart's
+// default values: how long the API server waits for the guard's answer.
+const DefaultWebhookTimeout = 5 * time.Second
+
+// DecisionBound is how long the guard gives one decision when the API
+// server waits webhookTimeout for its answer: three fifths of it (3 s of
+// the default 5 s), the rest left for the round trip and a loaded process.
+// An answer the API server never gets is a failure (failurePolicy Fail:
+// HTTP 500, which kubectl drain does not retry; Ignore: an unguarded
+// eviction), an answer of 429 is retried.
+func DecisionBound(webhookTimeout time.Duration) time.Duration {
+	if webhookTimeout <= 0 {
+		webhookTimeout = DefaultWebhookTimeout
+	}
+	return webhookTimeout * 3 / 5
+}
 
 // maxReservations is the CRD's bound on status.disruption.reservations.
 const maxReservations = 2000
@@ -43,8 +54,9 @@ type Guard struct {
 	Recorder events.EventRecorder
 	// Metrics may be nil.
 	Metrics *Metrics
-	// DecisionTimeout defaults to DefaultDecisionTimeout.
-	DecisionTimeout time.Duration
+	// WebhookTimeout is the webhook's timeoutSeconds (DefaultWebhookTimeout
+	// when 0): a decision is bounded at DecisionBound of it.
+	WebhookTimeout time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
 }
@@ -215,6 +227,10 @@ func tooManyRequests(message string) admission.Response {
 // denialMessage explains a denial: the resource, its budget, the counts and
 // the pods that do not count.
 func denialMessage(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluation) string {
+	if ev.Problem != "" {
+		return fmt.Sprintf("Cannot evict pod %s: the disruption budget of ServiceWithHealthchecks %s/%s (%s) cannot be counted, and allows nothing until it can: %s",
+			pod.Name, swh.Namespace, swh.Name, Describe(swh), ev.Problem)
+	}
 	return fmt.Sprintf("Cannot evict pod %s as it would violate the disruption budget of ServiceWithHealthchecks %s/%s (%s): it needs %d of %d pods passing their probes and %d do; not counted: %s",
 		pod.Name, swh.Namespace, swh.Name, Describe(swh), ev.Desired, ev.Expected, ev.Healthy, ev.unavailableList())
 }

@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
-	"github.com/swh-dev/swh/endpoints"
 )
 
 // The guard's branches that need no API server's behaviour: what it lets
@@ -42,7 +41,7 @@ func fakeGuard(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *Gu
 	}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).
 		WithStatusSubresource(&swhv1alpha1.ServiceWithHealthchecks{}).WithInterceptorFuncs(funcs).Build()
-	return &Guard{Sources: Sources{Cache: c, APIReader: c}, Client: c}
+	return &Guard{Sources: Sources{Cache: c, APIReader: c, Scales: c}, Client: c}
 }
 
 func evictionRequest(pod string, body string) admission.Request {
@@ -135,11 +134,12 @@ func TestReleaseWhenAnotherBudgetRefuses(t *testing.T) {
 		objs = append(objs, &p)
 	}
 	for _, owner := range []string{"a", "b"} {
-		s := slice("client", map[string]bool{"b-0": true, "b-1": true, "b-2": true})
-		s.Namespace, s.Name = "kafka", owner+"-client"
-		s.Labels = map[string]string{discoveryv1.LabelServiceName: owner, discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy}
-		s.AddressType = discoveryv1.AddressTypeIPv4
-		objs = append(objs, &s)
+		for _, s := range slice("client", map[string]bool{"b-0": true, "b-1": true, "b-2": true}) {
+			s.Namespace, s.Name = "kafka", owner+"-"+s.Name
+			s.Labels[discoveryv1.LabelServiceName] = owner
+			s.AddressType = discoveryv1.AddressTypeIPv4
+			objs = append(objs, &s)
+		}
 	}
 	g := fakeGuard(t, interceptor.Funcs{}, objs...)
 	resp := g.Handle(context.Background(), evictionRequest("b-0", `{"kind":"Eviction"}`))

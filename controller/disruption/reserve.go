@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -22,6 +21,28 @@ import (
 // deadline bounds it before its steps do.
 func conflictBackoff() wait.Backoff {
 	return wait.Backoff{Steps: 50, Duration: 5 * time.Millisecond, Factor: 1.5, Jitter: 0.5, Cap: 200 * time.Millisecond}
+}
+
+// onConflict runs fn again while it fails with a write conflict, until
+// ctx ends: the backoff between attempts watches it, so a decision that
+// keeps conflicting answers within its bound.
+func onConflict(ctx context.Context, fn func() error) error {
+	var last error
+	err := wait.ExponentialBackoffWithContext(ctx, conflictBackoff(), func(context.Context) (bool, error) {
+		last = fn()
+		switch {
+		case last == nil:
+			return true, nil
+		case apierrors.IsConflict(last):
+			return false, nil
+		default:
+			return false, last
+		}
+	})
+	if err != nil && last != nil && apierrors.IsConflict(last) {
+		return fmt.Errorf("%w (after %w)", err, last)
+	}
+	return err
 }
 
 // reservationKey identifies a reservation this guard wrote, to give it
@@ -45,16 +66,20 @@ type decided struct {
 // written with the resourceVersion just read: when another eviction wrote
 // first, the update conflicts and the decision is made again on what it
 // wrote. key is the reservation written, if any.
+//
+// The resource is read first and the pods after: a reservation in the
+// resource was written for a pod that existed then, so a pod list read
+// later that lacks it proves the pod gone. A list read before could lack a
+// pod created meanwhile and reserved by another replica, and the write
+// would drop that reservation. So a retry reads the pods again when the
+// resource it read names a pod its list lacks.
 func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, dryRun bool) (decided, error) {
 	// Whole seconds: the time read back from the status must equal the
 	// key's, to give the reservation back.
 	now := metav1.NewTime(g.now()).Rfc3339Copy()
-	in, err := g.read(ctx, swh, now.Time)
-	if err != nil {
-		return decided{}, err
-	}
 	out := decided{swh: swh}
-	err = retry.OnError(conflictBackoff(), apierrors.IsConflict, func() error {
+	var in Inputs
+	err := onConflict(ctx, func() error {
 		cur := &swhv1alpha1.ServiceWithHealthchecks{}
 		if err := g.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), cur); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -68,11 +93,21 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 			out.outcome = outcomeAllowed
 			return nil
 		}
+		if in.Resource == nil || reservesUnlisted(cur, in.Pods) {
+			read, err := g.read(ctx, cur, now.Time)
+			if err != nil {
+				return err
+			}
+			in = read
+		}
 		in.Resource = cur
-		ev := Evaluate(in)
+		// A retried eviction (the pod holds a reservation: its eviction was
+		// allowed, then refused further on) is judged again on the current
+		// count, leaving out only its own reservation.
+		ev := Evaluate(withoutReservation(in, pod.UID))
 		verdict := judge(cur, pod, ev)
 		switch {
-		case verdict == verdictAlready || (verdict == verdictUnhealthy && dryRun):
+		case verdict == verdictUnhealthy && dryRun:
 			out.outcome = outcomeAllowed
 			return nil
 		case verdict == verdictDeny:
@@ -85,11 +120,17 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 		case dryRun:
 			out.outcome = outcomeAllowed
 			return nil
+		case g.heldFresh(in, pod.UID, now.Time):
+			// A retry allowed again, whose reservation is young: any
+			// decision made meanwhile counts it, so renewing it would only
+			// make the retries of one drain conflict with each other.
+			out.outcome = outcomeAllowed
+			return nil
 		}
 		// A reservation for an unavailable pod too (it takes no disruption:
 		// the pod counts as unavailable already): written under the same
 		// precondition, it makes another replica that still counted the pod
-		// available decide again.
+		// available decide again. A retry's reservation is renewed.
 		r := swhv1alpha1.DisruptionReservation{Pod: pod.Name, UID: pod.UID, Time: now}
 		cur.Status.Disruption = &swhv1alpha1.DisruptionStatus{Reservations: append(ev.Reservations, r)}
 		after := Evaluate(in) // counts the new reservation
@@ -115,6 +156,65 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 	return out, nil
 }
 
+// heldFresh says whether pod holds a reservation that counts for at least
+// half the reservation timeout more: a retry allowed again leaves it as it
+// is. An older one is renewed, under the precondition, so that it cannot
+// expire under a decision made meanwhile that would count the pod as
+// available.
+func (g *Guard) heldFresh(in Inputs, pod types.UID, now time.Time) bool {
+	timeout := g.ReservationTimeout
+	if timeout <= 0 {
+		timeout = DefaultReservationTimeout
+	}
+	for _, r := range liveReservations(in) {
+		if r.UID == pod && now.Sub(r.Time.Time) < timeout/2 {
+			return true
+		}
+	}
+	return false
+}
+
+// reservesUnlisted says whether swh holds a reservation for a pod that
+// pods (listed before swh was read) lack.
+func reservesUnlisted(swh *swhv1alpha1.ServiceWithHealthchecks, pods []corev1.Pod) bool {
+	st := swh.Status.Disruption
+	if st == nil {
+		return false
+	}
+	listed := make(map[types.UID]bool, len(pods))
+	for i := range pods {
+		listed[pods[i].UID] = true
+	}
+	for _, r := range st.Reservations {
+		if !listed[r.UID] {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutReservation returns in with the resource's reservations of pod
+// left out (a copy: in.Resource is not changed).
+func withoutReservation(in Inputs, pod types.UID) Inputs {
+	st := in.Resource.Status.Disruption
+	if st == nil {
+		return in
+	}
+	kept := make([]swhv1alpha1.DisruptionReservation, 0, len(st.Reservations))
+	for _, r := range st.Reservations {
+		if r.UID != pod {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == len(st.Reservations) {
+		return in
+	}
+	res := in.Resource.DeepCopy()
+	res.Status.Disruption.Reservations = kept
+	in.Resource = res
+	return in
+}
+
 func unhealthyPolicy(swh *swhv1alpha1.ServiceWithHealthchecks) policyv1.UnhealthyPodEvictionPolicyType {
 	if p := swh.Spec.DisruptionBudget.UnhealthyPodEvictionPolicy; p != nil {
 		return *p
@@ -126,19 +226,14 @@ type verdict int
 
 const (
 	verdictReserve   verdict = iota // take one of the allowed disruptions
-	verdictAlready                  // the pod holds a reservation: a retried eviction
 	verdictUnhealthy                // not available itself, and the policy lets it go
 	verdictDeny
 )
 
 // judge applies the budget to one eviction, as kube-apiserver applies a
-// PodDisruptionBudget, with availability in place of Ready.
+// PodDisruptionBudget, with availability in place of Ready. ev is counted
+// without the pod's own reservation, if any.
 func judge(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluation) verdict {
-	for _, r := range ev.Reservations {
-		if r.UID == pod.UID {
-			return verdictAlready
-		}
-	}
 	if !ev.Available[pod.UID] {
 		policy := swh.Spec.DisruptionBudget.UnhealthyPodEvictionPolicy
 		if policy != nil && *policy == policyv1.AlwaysAllow {
@@ -146,7 +241,7 @@ func judge(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluat
 		}
 		// IfHealthyBudget: evicting a pod that does not count disrupts
 		// nothing while the budget is met without it.
-		if ev.Healthy >= ev.Desired && ev.Desired > 0 {
+		if ev.Problem == "" && ev.Healthy >= ev.Desired && ev.Desired > 0 {
 			return verdictUnhealthy
 		}
 	}
@@ -161,7 +256,7 @@ func judge(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluat
 func (g *Guard) release(ctx context.Context, k reservationKey) error {
 	ctx, cancel := context.WithTimeout(ctx, g.decisionTimeout())
 	defer cancel()
-	return retry.OnError(conflictBackoff(), apierrors.IsConflict, func() error {
+	return onConflict(ctx, func() error {
 		cur := &swhv1alpha1.ServiceWithHealthchecks{}
 		if err := g.APIReader.Get(ctx, k.resource, cur); err != nil {
 			return client.IgnoreNotFound(err)
@@ -205,8 +300,5 @@ func (g *Guard) now() time.Time {
 }
 
 func (g *Guard) decisionTimeout() time.Duration {
-	if g.DecisionTimeout > 0 {
-		return g.DecisionTimeout
-	}
-	return DefaultDecisionTimeout
+	return DecisionBound(g.WebhookTimeout)
 }

@@ -178,6 +178,18 @@ func TestEvictionGuardValues(t *testing.T) {
 	if wh := g.webhook.Webhooks[0]; deref(wh.FailurePolicy) != admissionregistrationv1.Ignore || deref(wh.TimeoutSeconds) != int32(10) {
 		t.Errorf("failurePolicy %v, timeoutSeconds %v: want Ignore and 10 from the values", deref(wh.FailurePolicy), deref(wh.TimeoutSeconds))
 	}
+	// The guard bounds its decisions inside the webhook's timeout: it is
+	// told the timeout the API server waits for it.
+	for _, tt := range []struct{ set, arg string }{
+		{"", "--eviction-webhook-timeout=5s"},
+		{"controller.evictionGuard.timeoutSeconds=2", "--eviction-webhook-timeout=2s"},
+		{"controller.evictionGuard.timeoutSeconds=30", "--eviction-webhook-timeout=30s"},
+	} {
+		args := guardOf(t, renderChart(t, "other", "swh-guard", tt.set), "other").deploy.Spec.Template.Spec.Containers[0].Args
+		if !slices.Contains(args, tt.arg) {
+			t.Errorf("--set %q: controller args %v, want %s", tt.set, args, tt.arg)
+		}
+	}
 	for _, set := range []string{"controller.evictionGuard.failurePolicy=Sometimes", "controller.evictionGuard.timeoutSeconds=31",
 		"controller.evictionGuard.timeoutSeconds=0", "controller.evictionGuard.enable=true"} {
 		if _, err := helmTemplate(t, "other", "swh-guard", set); err == nil || !strings.Contains(err.Error(), "schema") {

@@ -83,10 +83,14 @@ var needs = map[string][]access{
 		{verb: "list", resource: "pods", namespace: appNS},
 		{verb: "get", resource: "pods", namespace: appNS},
 		{verb: "watch", resource: "pods", namespace: namespace},
-		// The workloads that say how many pods a budget expects.
-		{verb: "get", group: "apps", resource: "deployments", namespace: appNS},
+		// How many pods a budget expects: a ReplicaSet's metadata (its
+		// Deployment), and the /scale of any kind controlling a pod, as
+		// kube's disruption controller reads them.
 		{verb: "get", group: "apps", resource: "replicasets", namespace: appNS},
-		{verb: "get", group: "apps", resource: "statefulsets", namespace: appNS},
+		{verb: "get", group: "apps", resource: "deployments", subresource: "scale", namespace: appNS},
+		{verb: "get", group: "apps", resource: "statefulsets", subresource: "scale", namespace: appNS},
+		{verb: "get", group: "postgresql.cnpg.io", resource: "clusters", subresource: "scale", namespace: appNS},
+		{verb: "get", group: "*", resource: "*", subresource: "scale", namespace: appNS},
 		// The built-in controller's Endpoints, deleted on adoption.
 		{verb: "get", resource: "endpoints", namespace: appNS},
 		{verb: "delete", resource: "endpoints", namespace: appNS},
@@ -179,6 +183,12 @@ var mustNot = map[string][]access{
 		{verb: "bind", group: "rbac.authorization.k8s.io", resource: "clusterroles", name: "admin"},
 		{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterroles"},
 		{verb: "list", group: "apps", resource: "deployments"},
+		// Scales are read, never written; the workloads themselves not
+		// read (their pod templates are their owners').
+		{verb: "update", group: "apps", resource: "deployments", subresource: "scale", namespace: appNS},
+		{verb: "patch", group: "postgresql.cnpg.io", resource: "clusters", subresource: "scale", namespace: appNS},
+		{verb: "get", group: "apps", resource: "deployments", namespace: appNS},
+		{verb: "get", group: "apps", resource: "statefulsets", namespace: appNS},
 		{verb: "watch", resource: "pods"},
 		{verb: "update", resource: "pods", namespace: appNS},
 		{verb: "delete", resource: "pods", namespace: appNS},

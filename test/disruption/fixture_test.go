@@ -30,8 +30,11 @@ const clientPort = 9092
 // per node, each with a backend on its pod address whose health says
 // whether the broker is in sync.
 type kafka struct {
-	ns       string
-	set      *appsv1.StatefulSet
+	ns  string
+	set *appsv1.StatefulSet
+	// owner is the brokers' controller: the StatefulSet unless
+	// kafkaOptions.controller says otherwise.
+	owner    metav1.OwnerReference
 	ips      []string
 	backends []*harness.HTTPServer
 }
@@ -42,6 +45,22 @@ func brokerName(i int) string { return fmt.Sprintf("kafka-%d", i) }
 // (with budget, if not nil) in a fresh namespace.
 func newKafka(t *testing.T, budget *swhv1alpha1.DisruptionBudget) *kafka {
 	t.Helper()
+	return newKafkaWith(t, kafkaOptions{budget: budget})
+}
+
+type kafkaOptions struct {
+	budget *swhv1alpha1.DisruptionBudget
+	// publishNotReady sets the resource's publishNotReadyAddresses, as for
+	// a StatefulSet's headless Service.
+	publishNotReady bool
+	// controller, if set, creates the brokers' controller in namespace ns
+	// in place of the StatefulSet's controller reference.
+	controller func(t *testing.T, ns string) metav1.OwnerReference
+}
+
+func newKafkaWith(t *testing.T, opts kafkaOptions) *kafka {
+	t.Helper()
+	budget := opts.budget
 	ctx := context.Background()
 	k := &kafka{ns: controlPlane.CleanNamespace(t), ips: harness.PodIPs(t, 3)}
 	labels := map[string]string{"app": "kafka"}
@@ -59,6 +78,10 @@ func newKafka(t *testing.T, budget *swhv1alpha1.DisruptionBudget) *kafka {
 	if err := controlPlane.Client.Create(ctx, k.set); err != nil {
 		t.Fatal(err)
 	}
+	k.owner = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "kafka", UID: k.set.UID, Controller: ptr.To(true)}
+	if opts.controller != nil {
+		k.owner = opts.controller(t, k.ns)
+	}
 	for i, ip := range k.ips {
 		srv, err := harness.StartHTTPServer(harness.HTTPServerOptions{Addr: net.JoinHostPort(ip, fmt.Sprint(clientPort))})
 		if err != nil {
@@ -73,10 +96,11 @@ func newKafka(t *testing.T, budget *swhv1alpha1.DisruptionBudget) *kafka {
 	swh := &swhv1alpha1.ServiceWithHealthchecks{
 		ObjectMeta: metav1.ObjectMeta{Namespace: k.ns, Name: "kafka"},
 		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{
-			Ports:            []swhv1alpha1.ServicePort{{Name: "client", Port: clientPort, TargetPort: intstr.FromInt32(clientPort)}},
-			Selector:         labels,
-			Healthcheck:      &swhv1alpha1.Healthcheck{PeriodSeconds: 1, Probes: []swhv1alpha1.Probe{probe}},
-			DisruptionBudget: budget,
+			Ports:                    []swhv1alpha1.ServicePort{{Name: "client", Port: clientPort, TargetPort: intstr.FromInt32(clientPort)}},
+			Selector:                 labels,
+			PublishNotReadyAddresses: opts.publishNotReady,
+			Healthcheck:              &swhv1alpha1.Healthcheck{PeriodSeconds: 1, Probes: []swhv1alpha1.Probe{probe}},
+			DisruptionBudget:         budget,
 		},
 	}
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
@@ -113,7 +137,7 @@ func (k *kafka) createBroker(t *testing.T, i int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "kafka", UID: k.set.UID, Controller: ptr.To(true)}}
+	pod.OwnerReferences = []metav1.OwnerReference{k.owner}
 	if err := controlPlane.Client.Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +171,8 @@ func (k *kafka) setInSync(i int, inSync bool) {
 	}
 }
 
-// waitPassing waits until the agents publish each named broker ready (or
-// not) on the client port.
+// waitPassing waits until the agents publish each named broker passing
+// (or not) on the client port.
 func (k *kafka) waitPassing(t *testing.T, want map[string]bool) {
 	t.Helper()
 	harness.Eventually(t, 30*time.Second, "brokers published as "+fmt.Sprint(want), func() error {
@@ -165,15 +189,19 @@ func (k *kafka) waitPassing(t *testing.T, want map[string]bool) {
 	})
 }
 
-// passing maps the brokers of the current pods to ready on the client port.
+// passing maps the brokers of the current pods to passing on the client
+// port: serving and not terminating (ready is always true with
+// publishNotReadyAddresses).
 func (k *kafka) passing(ctx context.Context) (map[string]bool, error) {
 	pods := &corev1.PodList{}
 	if err := controlPlane.Client.List(ctx, pods, client.InNamespace(k.ns)); err != nil {
 		return nil, err
 	}
 	uids := map[types.UID]string{}
+	podNode := map[types.UID]string{}
 	for _, p := range pods.Items {
 		uids[p.UID] = p.Name
+		podNode[p.UID] = p.Spec.NodeName
 	}
 	slices := &discoveryv1.EndpointSliceList{}
 	if err := controlPlane.Client.List(ctx, slices, client.InNamespace(k.ns), client.MatchingLabels{discoveryv1.LabelServiceName: "kafka"}); err != nil {
@@ -185,7 +213,11 @@ func (k *kafka) passing(ctx context.Context) (map[string]bool, error) {
 			if ep.TargetRef == nil || uids[ep.TargetRef.UID] == "" {
 				continue // a deleted pod's endpoint
 			}
-			out[uids[ep.TargetRef.UID]] = ep.Conditions.Ready != nil && *ep.Conditions.Ready
+			if ep.NodeName == nil || *ep.NodeName != podNode[ep.TargetRef.UID] {
+				continue // another node's word on the pod
+			}
+			c := ep.Conditions
+			out[uids[ep.TargetRef.UID]] = c.Serving != nil && *c.Serving && (c.Terminating == nil || !*c.Terminating)
 		}
 	}
 	return out, nil

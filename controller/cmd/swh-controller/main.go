@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -35,6 +36,7 @@ func main() {
 	fs.IntVar(&opts.WebhookPort, "webhook-port", 0, "port of the eviction guard's HTTPS webhook server, which every replica serves (the chart: 9443); 0 disables the guard's webhook (the disruption status is still kept)")
 	fs.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "/etc/swh/webhook", "directory with the webhook server's tls.crt and tls.key (reloaded when they change)")
 	fs.DurationVar(&opts.ReservationTimeout, "eviction-reservation-timeout", disruption.DefaultReservationTimeout, "how long an eviction the guard allowed counts against a budget while its pod is neither terminating nor gone")
+	fs.DurationVar(&opts.EvictionWebhookTimeout, "eviction-webhook-timeout", disruption.DefaultWebhookTimeout, "the eviction webhook's timeoutSeconds (1s to 30s, the API server's range): the guard answers each eviction within three fifths of it")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -44,6 +46,10 @@ func main() {
 		return
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if t := opts.EvictionWebhookTimeout; t < time.Second || t > 30*time.Second {
+		fmt.Fprintf(os.Stderr, "swh-controller: --eviction-webhook-timeout %v: must be from 1s to 30s, the webhook's timeoutSeconds\n", t)
+		os.Exit(2)
+	}
 	if *agentSA != "" {
 		sa, err := access.ParseServiceAccount(*agentSA)
 		if err != nil {
