@@ -171,7 +171,7 @@ func startNamespaceController(t *testing.T) {
 		_ = logFile.Close()
 		if t.Failed() {
 			if out, err := os.ReadFile(logPath); err == nil {
-				t.Logf("kube-controller-manager's log:\n%s", out)
+				t.Logf("kube-controller-manager's log, its end:\n%s", out[max(0, len(out)-4096):])
 			}
 		}
 	})
