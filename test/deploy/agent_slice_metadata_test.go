@@ -61,11 +61,12 @@ func TestAgentPolicySliceMetadata(t *testing.T) {
 	t.Cleanup(func() {
 		update(context.Background(), t, admin, mine, func(s *discoveryv1.EndpointSlice) { s.Finalizers = nil })
 	})
-	// What the agent changes on its slices: endpoints, the reasons
-	// annotation, the labels it copies from the Service.
+	// What the agent changes on its slices: endpoints, its annotations,
+	// the labels it copies from the Service.
 	if err := tryUpdate(ctx, agent, mine, func(s *discoveryv1.EndpointSlice) {
 		s.Endpoints[0].Conditions.Ready = new(false)
-		s.Annotations = map[string]string{swhv1alpha1.AnnotationEndpointReasons: `{"10.244.1.1":"probe failed"}`}
+		s.Annotations = map[string]string{swhv1alpha1.AnnotationEndpointReasons: `{"10.244.1.1":"probe failed"}`,
+			corev1.EndpointsLastChangeTriggerTime: time.Now().UTC().Format(time.RFC3339)}
 		s.Labels[corev1.IsHeadlessService] = ""
 	}); err != nil {
 		t.Fatalf("the agent's own update: %v", err)
