@@ -25,7 +25,9 @@ const (
 	// bundle that does not parse, say).
 	ReasonConfig probes.Reason = "config"
 	// ReasonSecret: the credentials Secret cannot be read (and none was
-	// before), or one of its keys is missing or invalid.
+	// before for the resource), the agent may no longer read it, it does
+	// not fit in the agent's bounds, or one of its keys is missing or
+	// invalid.
 	ReasonSecret probes.Reason = "secret"
 	// ReasonNoPort: the probe's named targetPort names no port of the pod.
 	ReasonNoPort probes.Reason = "no-port"
