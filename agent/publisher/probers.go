@@ -25,7 +25,9 @@ const (
 	// bundle that does not parse, say).
 	ReasonConfig probes.Reason = "config"
 	// ReasonSecret: the credentials Secret cannot be read (and none was
-	// before), or one of its keys is missing or invalid.
+	// before for the resource), the agent may no longer read it, it does
+	// not fit in the agent's bounds, or one of its keys is missing or
+	// invalid.
 	ReasonSecret probes.Reason = "secret"
 	// ReasonNoPort: the probe's named targetPort names no port of the pod.
 	ReasonNoPort probes.Reason = "no-port"
@@ -66,14 +68,16 @@ type Probers struct {
 }
 
 // NewProbers returns probers that read PostgreSQL credentials through
-// reader and refresh them at most once per Secret per secretTTL.
+// reader and refresh them at most once per Secret per secretTTL, within
+// the agent's default bounds.
 func NewProbers(reader client.Reader, secretTTL time.Duration) *Probers {
-	return &Probers{f: newProberFactory(newSecretCache(reader, secretTTL, logr.Discard(), nil))}
+	return &Probers{f: newProberFactory(newSecretCache(reader, secretTTL, secretBounds{}, logr.Discard(), nil))}
 }
 
-// Build returns the prober of one probe of a resource in namespace ns.
-func (p *Probers) Build(ns string, probe *swhv1alpha1.Probe) probes.Prober {
-	return p.f.build(ns, probe)
+// Build returns the prober of one probe of the resource with UID owner in
+// namespace ns.
+func (p *Probers) Build(ns string, owner types.UID, probe *swhv1alpha1.Probe) probes.Prober {
+	return p.f.build(ns, owner, probe)
 }
 
 // specOf identifies a probe's configuration: a changed spec restarts its
@@ -94,8 +98,9 @@ func failing(reason probes.Reason, message string) probes.Prober {
 	})
 }
 
-// build returns the prober of one probe of a resource in namespace ns.
-func (f *proberFactory) build(ns string, p *swhv1alpha1.Probe) probes.Prober {
+// build returns the prober of one probe of the resource with UID owner in
+// namespace ns: the PostgreSQL credentials it reads are that resource's.
+func (f *proberFactory) build(ns string, owner types.UID, p *swhv1alpha1.Probe) probes.Prober {
 	switch {
 	case p.TCP != nil:
 		pr, err := probes.NewTCP(probes.TCPConfig{})
@@ -126,7 +131,7 @@ func (f *proberFactory) build(ns string, p *swhv1alpha1.Probe) probes.Prober {
 		}
 		return pr
 	case p.PostgreSQL != nil:
-		return f.postgreSQL(ns, p.PostgreSQL)
+		return f.postgreSQL(ns, owner, p.PostgreSQL)
 	}
 	return failing(ReasonConfig, fmt.Sprintf("probe mode %q has no configuration", p.Mode))
 }
@@ -134,12 +139,12 @@ func (f *proberFactory) build(ns string, p *swhv1alpha1.Probe) probes.Prober {
 // postgreSQL returns a prober that resolves its configuration at probe
 // time and rebuilds the library prober when it changes, so a Secret created
 // or rotated after the resource takes effect without a restart.
-func (f *proberFactory) postgreSQL(ns string, spec *swhv1alpha1.PostgreSQLProbe) probes.Prober {
+func (f *proberFactory) postgreSQL(ns string, owner types.UID, spec *swhv1alpha1.PostgreSQLProbe) probes.Prober {
 	var mu sync.Mutex
 	var current probes.Prober
 	var currentFor [sha256.Size]byte
 	return probes.ProberFunc(func(ctx context.Context, target probes.Target) probes.Result {
-		cfg, fingerprint, failed := f.postgreSQLConfig(ctx, ns, spec)
+		cfg, fingerprint, failed := f.postgreSQLConfig(ctx, ns, owner, spec)
 		if failed != nil {
 			return *failed
 		}
@@ -164,7 +169,7 @@ func (f *proberFactory) postgreSQL(ns string, spec *swhv1alpha1.PostgreSQLProbe)
 // disable. The spec is fixed for a prober, so the Secret's fingerprint
 // (zero without one) identifies the configuration. failed is set when the
 // probe cannot run.
-func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *swhv1alpha1.PostgreSQLProbe) (cfg postgresql.Config, fingerprint [sha256.Size]byte, failed *probes.Result) {
+func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, owner types.UID, spec *swhv1alpha1.PostgreSQLProbe) (cfg postgresql.Config, fingerprint [sha256.Size]byte, failed *probes.Result) {
 	cfg = postgresql.Config{
 		DBName:                 spec.DBName,
 		Query:                  spec.Query,
@@ -174,7 +179,7 @@ func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, spec *s
 	mode := postgresql.SSLMode(spec.TLSMode)
 	if spec.AuthSecretName != "" {
 		key := types.NamespacedName{Namespace: ns, Name: spec.AuthSecretName}
-		data, err := f.secrets.get(ctx, key)
+		data, err := f.secrets.get(ctx, key, owner)
 		if err != nil {
 			return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: err.Error(), Err: err}
 		}

@@ -95,13 +95,13 @@ func TestSecretCacheCoalescesConcurrentReads(t *testing.T) {
 	release := make(chan struct{})
 	r := &secretReader{}
 	r.set(func(context.Context) (map[string][]byte, error) { <-release; return credentials, nil })
-	c := newSecretCache(r, time.Minute, logr.Discard(), nil)
+	c := newSecretCache(r, time.Minute, secretBounds{}, logr.Discard(), nil)
 	const probes = 200
 	var wg sync.WaitGroup
 	errs := make(chan error, probes)
 	for range probes {
 		wg.Go(func() {
-			data, err := c.get(context.Background(), dbKey)
+			data, err := c.get(context.Background(), dbKey, testOwner)
 			if err == nil && string(data.values["user"]) != "probe" {
 				err = errors.New("wrong data")
 			}
@@ -135,12 +135,12 @@ func TestSecretCacheKeepsCredentialsWhileReadsFail(t *testing.T) {
 	r := &secretReader{}
 	r.set(returns(credentials, nil))
 	logs := &logLines{}
-	c := newSecretCache(r, ttl, logs.logger(), nil)
+	c := newSecretCache(r, ttl, secretBounds{}, logs.logger(), nil)
 	// A hung read outlasts the wait allowed a probe below, and ends
 	// within the test.
 	c.timeout = 2 * time.Second
 	ctx := context.Background()
-	if _, err := c.get(ctx, dbKey); err != nil {
+	if _, err := c.get(ctx, dbKey, testOwner); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -156,7 +156,7 @@ func TestSecretCacheKeepsCredentialsWhileReadsFail(t *testing.T) {
 			start := time.Now()
 			for time.Since(start) < 10*ttl {
 				asked := time.Now()
-				data, err := c.get(ctx, dbKey)
+				data, err := c.get(ctx, dbKey, testOwner)
 				if err != nil || string(data.values["password"]) != "pw" {
 					t.Fatalf("after %v of failed reads: %v, %q", time.Since(start), err, data.values["password"])
 				}
@@ -180,12 +180,15 @@ func TestSecretCacheKeepsCredentialsWhileReadsFail(t *testing.T) {
 	}
 
 	r.set(returns(credentials, nil))
-	waitFor(t, func() bool { _, err := c.get(ctx, dbKey); return err == nil && logs.count("read again") == 1 })
+	waitFor(t, func() bool {
+		_, err := c.get(ctx, dbKey, testOwner)
+		return err == nil && logs.count("read again") == 1
+	})
 
 	// A deleted Secret fails the probes: the user removed the credentials.
 	r.set(returns(nil, secretGone))
 	waitFor(t, func() bool {
-		_, err := c.get(ctx, dbKey)
+		_, err := c.get(ctx, dbKey, testOwner)
 		return err != nil && err.Error() == "Secret ns/db not found"
 	})
 	if n := logs.count("not found"); n != 1 {
@@ -221,7 +224,7 @@ func TestSecretCacheRetriesSoonUntilFirstRead(t *testing.T) {
 				}
 				return testCredentials(), nil
 			})
-			c := newSecretCache(r, time.Hour, logr.Discard(), nil)
+			c := newSecretCache(r, time.Hour, secretBounds{}, logr.Discard(), nil)
 			c.retryFirst, c.retryMax = retryFirst, retryMax
 			ctx := context.Background()
 
@@ -237,7 +240,7 @@ func TestSecretCacheRetriesSoonUntilFirstRead(t *testing.T) {
 			for range 10 {
 				wg.Go(func() {
 					for asking() {
-						if _, err := c.get(ctx, dbKey); err == nil {
+						if _, err := c.get(ctx, dbKey, testOwner); err == nil {
 							t.Error("a probe got credentials while every read failed")
 							return
 						}
@@ -253,7 +256,7 @@ func TestSecretCacheRetriesSoonUntilFirstRead(t *testing.T) {
 			}
 
 			failing.Store(false)
-			waitFor(t, func() bool { _, err := c.get(ctx, dbKey); return err == nil })
+			waitFor(t, func() bool { _, err := c.get(ctx, dbKey, testOwner); return err == nil })
 
 			// Read once: a failure now waits for the reuse period (an hour).
 			failing.Store(true)
@@ -262,7 +265,7 @@ func TestSecretCacheRetriesSoonUntilFirstRead(t *testing.T) {
 			c.mu.Unlock()
 			before := r.gets.Load()
 			for range 20 {
-				_, _ = c.get(ctx, dbKey)
+				_, _ = c.get(ctx, dbKey, testOwner)
 				time.Sleep(5 * time.Millisecond)
 			}
 			if n := r.gets.Load() - before; n != 1 {
@@ -276,13 +279,13 @@ func TestSecretCacheFirstReadIsBoundedByTheProbe(t *testing.T) {
 	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
 	r := &secretReader{}
 	r.set(func(ctx context.Context) (map[string][]byte, error) { <-ctx.Done(); return nil, ctx.Err() })
-	c := newSecretCache(r, 10*time.Millisecond, logr.Discard(), nil)
+	c := newSecretCache(r, 10*time.Millisecond, secretBounds{}, logr.Discard(), nil)
 	c.timeout = time.Second
 	c.retryFirst = 10 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := c.get(ctx, dbKey)
+	_, err := c.get(ctx, dbKey, testOwner)
 	// The message tells the probe's deadline from the read's own (which
 	// says "reading Secret"); the time bound is loose, for a loaded machine.
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "waiting for Secret ns/db to be read") || time.Since(start) > time.Second {
@@ -290,26 +293,26 @@ func TestSecretCacheFirstReadIsBoundedByTheProbe(t *testing.T) {
 	}
 	// The read itself ends at its own bound, and the next one can start.
 	waitFor(t, func() bool {
-		_, err := c.get(context.Background(), dbKey)
+		_, err := c.get(context.Background(), dbKey, testOwner)
 		return err != nil && strings.Contains(err.Error(), "reading Secret ns/db")
 	})
 	r.set(returns(testCredentials(), nil))
-	waitFor(t, func() bool { _, err := c.get(context.Background(), dbKey); return err == nil })
+	waitFor(t, func() bool { _, err := c.get(context.Background(), dbKey, testOwner); return err == nil })
 }
 
 func TestSecretCacheForgetsUnusedSecrets(t *testing.T) {
 	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
 	r := &secretReader{}
 	r.set(returns(testCredentials(), nil))
-	c := newSecretCache(r, time.Millisecond, logr.Discard(), nil)
+	c := newSecretCache(r, time.Millisecond, secretBounds{}, logr.Discard(), nil)
 	c.idle = 20 * time.Millisecond
 	for i := range 50 {
-		if _, err := c.get(context.Background(), types.NamespacedName{Namespace: "ns", Name: string(rune('a' + i))}); err != nil {
+		if _, err := c.get(context.Background(), types.NamespacedName{Namespace: "ns", Name: string(rune('a' + i))}, testOwner); err != nil {
 			t.Fatal(err)
 		}
 	}
 	time.Sleep(30 * time.Millisecond)
-	if _, err := c.get(context.Background(), dbKey); err != nil {
+	if _, err := c.get(context.Background(), dbKey, testOwner); err != nil {
 		t.Fatal(err)
 	}
 	if n := c.len(); n != 1 {
@@ -321,18 +324,18 @@ func TestSecretCacheReportsTLSModeChanges(t *testing.T) {
 	dbKey := types.NamespacedName{Namespace: dbNamespace, Name: dbName}
 	r := &secretReader{}
 	var changes atomic.Int64
-	c := newSecretCache(r, time.Millisecond, logr.Discard(), nil)
+	c := newSecretCache(r, time.Millisecond, secretBounds{}, logr.Discard(), nil)
 	c.onTLSModeChange = func(types.NamespacedName) { changes.Add(1) }
 	read := func(data map[string][]byte) {
 		t.Helper()
 		r.set(returns(data, nil))
 		n := r.gets.Load()
-		waitFor(t, func() bool { _, _ = c.get(context.Background(), dbKey); return r.gets.Load() > n+1 })
+		waitFor(t, func() bool { _, _ = c.get(context.Background(), dbKey, testOwner); return r.gets.Load() > n+1 })
 	}
 	read(map[string][]byte{"user": []byte("u")})
 	read(map[string][]byte{"user": []byte("u"), "tlsMode": []byte("verify-full\n")})
 	read(map[string][]byte{"user": []byte("u"), "tlsMode": []byte("verify-full")})
-	if got, _ := c.tlsMode(dbKey); got != "verify-full" {
+	if got, _ := c.tlsMode(dbKey, testOwner); got != "verify-full" {
 		t.Errorf("tlsMode %q", got)
 	}
 	read(map[string][]byte{"user": []byte("u")})
@@ -368,9 +371,9 @@ func TestPostgreSQLConfigTLSMode(t *testing.T) {
 			}
 			r := &secretReader{}
 			r.set(returns(data, nil))
-			f := newProberFactory(newSecretCache(r, time.Minute, logr.Discard(), nil))
+			f := newProberFactory(newSecretCache(r, time.Minute, secretBounds{}, logr.Discard(), nil))
 			spec := &swhv1alpha1.PostgreSQLProbe{AuthSecretName: "db", TLSMode: tt.spec, InsecureAllowCleartextPassword: true}
-			cfg, _, failed := f.postgreSQLConfig(context.Background(), "ns", spec)
+			cfg, _, failed := f.postgreSQLConfig(context.Background(), "ns", testOwner, spec)
 			switch {
 			case tt.wantReason != "":
 				if failed == nil || failed.Reason != tt.wantReason || !strings.Contains(failed.Message, `"tlsMode"`) {
@@ -408,10 +411,10 @@ func TestSecretValuesAreBounded(t *testing.T) {
 				data[tt.key] = bytes.Repeat([]byte("x"), size)
 				r := &secretReader{}
 				r.set(returns(data, nil))
-				c := newSecretCache(r, time.Minute, logr.Discard(), nil)
+				c := newSecretCache(r, time.Minute, secretBounds{}, logr.Discard(), nil)
 				f := newProberFactory(c)
 				spec := &swhv1alpha1.PostgreSQLProbe{AuthSecretName: dbName, TLSMode: swhv1alpha1.PostgreSQLTLSDisable}
-				_, _, failed := f.postgreSQLConfig(context.Background(), dbNamespace, spec)
+				_, _, failed := f.postgreSQLConfig(context.Background(), dbNamespace, testOwner, spec)
 				c.mu.Lock()
 				kept, ok := c.entries[dbKey].data.values[tt.key]
 				c.mu.Unlock()

@@ -51,6 +51,12 @@ type Options struct {
 	// Secret is read again (in the background: probes keep the credentials
 	// they have, even while reads fail); 30 s when zero.
 	SecretTTL time.Duration
+	// SecretCacheBytes bounds what the agent keeps of credentials Secrets,
+	// in total, and SecretCacheNamespaceBytes of one namespace's: past a
+	// bound a Secret is not kept and its probes fail with reason secret.
+	// DefaultSecretCacheBytes and DefaultSecretCacheNamespaceBytes when
+	// zero.
+	SecretCacheBytes, SecretCacheNamespaceBytes int64
 	// SkipNameValidation lets one process run several agents (tests).
 	SkipNameValidation bool
 	// UserAgent is sent by HTTP probes whose headers have none;
@@ -104,6 +110,16 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 	if err != nil {
 		problems = append(problems, err)
 	}
+	if opts.SecretCacheBytes < 0 {
+		problems = append(problems, fmt.Errorf("Options.SecretCacheBytes %d is negative", opts.SecretCacheBytes))
+	}
+	if opts.SecretCacheNamespaceBytes < 0 {
+		problems = append(problems, fmt.Errorf("Options.SecretCacheNamespaceBytes %d is negative", opts.SecretCacheNamespaceBytes))
+	}
+	bounds := secretBounds{Total: opts.SecretCacheBytes, Namespace: opts.SecretCacheNamespaceBytes}.withDefaults()
+	if bounds.Namespace > bounds.Total {
+		problems = append(problems, fmt.Errorf("Options.SecretCacheNamespaceBytes %d exceeds Options.SecretCacheBytes %d: one namespace could take every Secret's room", bounds.Namespace, bounds.Total))
+	}
 	if err := errors.Join(problems...); err != nil {
 		return nil, fmt.Errorf("building the publisher: %w", err)
 	}
@@ -127,7 +143,7 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 		taken:              newTakenNames(),
 		flips:              &flipQueue{delay: opts.Coalesce},
 	}
-	secrets := newSecretCache(deps.APIReader, opts.SecretTTL, deps.Logger.WithName("secrets"), deps.Metrics)
+	secrets := newSecretCache(deps.APIReader, opts.SecretTTL, bounds, deps.Logger.WithName("secrets"), deps.Metrics)
 	secrets.onTLSModeChange = p.secretTLSModeChanged
 	p.factory = newProberFactory(secrets)
 	p.factory.userAgent = opts.UserAgent

@@ -34,6 +34,10 @@ func TestNewValidates(t *testing.T) {
 		{"negative namespace concurrency", testNode, Options{MaxConcurrentProbesPerNamespace: -1}, deps, []string{"Options.MaxConcurrentProbesPerNamespace -1 is negative"}},
 		{"namespace concurrency over the total", testNode, Options{MaxConcurrentProbes: 10, MaxConcurrentProbesPerNamespace: 11}, deps,
 			[]string{"Options.MaxConcurrentProbesPerNamespace 11 exceeds Options.MaxConcurrentProbes (10)"}},
+		{"negative Secret bounds", testNode, Options{SecretCacheBytes: -1, SecretCacheNamespaceBytes: -2}, deps,
+			[]string{"Options.SecretCacheBytes -1 is negative", "Options.SecretCacheNamespaceBytes -2 is negative"}},
+		{"a namespace's Secret bound over the total", testNode, Options{SecretCacheBytes: 1 << 20}, deps,
+			[]string{"Options.SecretCacheNamespaceBytes 8388608 exceeds Options.SecretCacheBytes 1048576"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,6 +45,10 @@ func TestNewValidates(t *testing.T) {
 			if len(tt.want) == 0 {
 				if err != nil {
 					t.Fatalf("New: %v", err)
+				}
+				bounds := p.factory.secrets.usage.bounds
+				if bounds.Total != DefaultSecretCacheBytes || bounds.Namespace != DefaultSecretCacheNamespaceBytes {
+					t.Errorf("Secret bounds %+v, want the defaults", bounds)
 				}
 				if p.flips.delay != 30*time.Millisecond || p.factory.userAgent == "" || p.scheduler == nil {
 					t.Errorf("defaults not applied: coalesce %v, user agent %q", p.flips.delay, p.factory.userAgent)

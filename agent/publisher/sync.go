@@ -86,7 +86,7 @@ func (p *Publisher) syncTargets(set targetSet) error {
 			p.book.forgetTarget(key)
 			var prober probes.Prober
 			if ok {
-				prober = p.factory.build(resource.Namespace, probe)
+				prober = p.factory.build(resource.Namespace, swh.UID, probe)
 			} else {
 				port := probe.TargetPort()
 				prober = failing(ReasonNoPort, fmt.Sprintf("pod %s has no container port named %q", pod.Name, port.String()))

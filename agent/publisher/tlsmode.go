@@ -81,7 +81,7 @@ func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.Ser
 				continue
 			}
 			secret := types.NamespacedName{Namespace: swh.Namespace, Name: pg.AuthSecretName}
-			mode, ok := p.factory.secrets.tlsMode(secret)
+			mode, ok := p.factory.secrets.tlsMode(secret, swh.UID)
 			if !ok || mode == string(pg.TLSMode) || !validTLSMode(mode) {
 				// An invalid value fails the probe itself (reason secret).
 				continue

@@ -43,7 +43,7 @@ func TestHTTPProbeUserAgent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newProberFactory(nil)
 			f.userAgent = "swh-probe/v9.8.7"
-			pr := f.build("ns", &swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModeHTTP, HTTP: &swhv1alpha1.HTTPProbe{
+			pr := f.build("ns", testOwner, &swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModeHTTP, HTTP: &swhv1alpha1.HTTPProbe{
 				TargetPort: intstr.FromInt32(int32(target.Port)), Path: "/", HTTPHeaders: tt.headers,
 			}})
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -303,7 +303,7 @@ func TestProbesOfOneSecretCostOneRead(t *testing.T) {
 	probe := postgresProbe("SELECT 1", "shared")
 	probers := make([]probes.Prober, targets)
 	for i := range probers {
-		probers[i] = factory.Build(ns, &probe)
+		probers[i] = factory.Build(ns, "uid-of-the-resource", &probe)
 	}
 	round := func() {
 		t.Helper()

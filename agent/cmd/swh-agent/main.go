@@ -15,6 +15,7 @@ import (
 
 	"github.com/swh-dev/swh/agent/app"
 	"github.com/swh-dev/swh/agent/internal/version"
+	"github.com/swh-dev/swh/agent/publisher"
 )
 
 func main() {
@@ -26,6 +27,8 @@ func main() {
 	fs.DurationVar(&opts.Publisher.Coalesce, "coalesce", 0, "how long verdict changes wait to be written together (default 30ms)")
 	fs.IntVar(&opts.Publisher.MaxConcurrentProbes, "max-concurrent-probes", 0, "probes in flight at most (default 1024)")
 	fs.IntVar(&opts.Publisher.MaxConcurrentProbesPerNamespace, "max-concurrent-probes-per-namespace", 0, "probes in flight at most for the resources of one namespace (default a quarter of --max-concurrent-probes)")
+	secretMiB := fs.Int64("secret-cache-mib", publisher.DefaultSecretCacheBytes>>20, "MiB of PostgreSQL credentials Secrets kept at most, every namespace together; past it a Secret's probes fail with reason secret")
+	secretNamespaceMiB := fs.Int64("secret-cache-namespace-mib", publisher.DefaultSecretCacheNamespaceBytes>>20, "MiB of one namespace's PostgreSQL credentials Secrets kept at most; past it a Secret's probes fail with reason secret")
 	qps := fs.Float64("kube-api-qps", 20, "requests per second to the API server")
 	burst := fs.Int("kube-api-burst", 50, "burst of requests to the API server")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -37,6 +40,11 @@ func main() {
 		return
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	if *secretMiB <= 0 || *secretNamespaceMiB <= 0 {
+		fmt.Fprintf(os.Stderr, "swh-agent: --secret-cache-mib (%d) and --secret-cache-namespace-mib (%d) must be positive\n", *secretMiB, *secretNamespaceMiB)
+		os.Exit(2)
+	}
+	opts.Publisher.SecretCacheBytes, opts.Publisher.SecretCacheNamespaceBytes = *secretMiB<<20, *secretNamespaceMiB<<20
 
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
