@@ -3,9 +3,6 @@ package agent_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -146,33 +143,5 @@ func deleteNamespace(ctx context.Context, t *testing.T, ns string) {
 // the test ends.
 func startNamespaceController(t *testing.T) {
 	t.Helper()
-	bin, err := harness.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(bin, "kube-controller-manager")
-	if _, err := os.Stat(path); err != nil {
-		harness.Unavailable(t, fmt.Errorf("%w: %s (hack/build-tools.sh kube-controller-manager)", harness.ErrMissingDependency, path))
-	}
-	logPath := filepath.Join(t.TempDir(), "kube-controller-manager.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(path, "--kubeconfig="+controlPlane.Kubeconfig, "--controllers=namespace",
-		"--leader-elect=false", "--secure-port=0", "--v=1")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting kube-controller-manager: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-		if t.Failed() {
-			if out, err := os.ReadFile(logPath); err == nil {
-				t.Logf("kube-controller-manager's log, its end:\n%s", out[max(0, len(out)-4096):])
-			}
-		}
-	})
+	harness.StartTestControllerManager(t, controlPlane, "namespace")
 }

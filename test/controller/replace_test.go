@@ -92,11 +92,7 @@ func TestReplacedResourceWaitsForTheGarbageCollector(t *testing.T) {
 		t.Fatalf("the old Service was touched: %v, %v", svc, err)
 	}
 
-	kcm, err := harness.StartControllerManager(controlPlane, harness.ControllerManagerOptions{Controllers: []string{"garbagecollector"}})
-	if err != nil {
-		harness.Unavailable(t, err)
-	}
-	t.Cleanup(kcm.Stop)
+	kcm := harness.StartTestControllerManager(t, controlPlane, "garbagecollector")
 	harness.Eventually(t, 90*time.Second, "the Service created again for the new resource", func() error {
 		if err := kcm.Running(); err != nil {
 			t.Fatal(err)

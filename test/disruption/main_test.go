@@ -19,7 +19,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -145,30 +144,11 @@ func setup(ctx context.Context, cp *harness.ControlPlane) (func(), error) {
 // disruption controller, which keeps the PodDisruptionBudgets' status the
 // API server's eviction checks.
 func startDisruptionController(cp *harness.ControlPlane) (func(), error) {
-	bin, err := harness.BinDir()
+	m, err := harness.StartControllerManager(cp, harness.ControllerManagerOptions{Controllers: []string{"disruption"}})
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(bin, "kube-controller-manager")
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("%w: %s (hack/build-tools.sh kube-controller-manager)", harness.ErrMissingDependency, path)
-	}
-	cmd := exec.Command(path, "--kubeconfig="+cp.Kubeconfig, "--controllers=disruption",
-		"--leader-elect=false", "--secure-port=0", "--v=1")
-	logFile, err := os.CreateTemp("", "swh-disruption-kcm-*.log")
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting kube-controller-manager: %w", err)
-	}
-	return func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-		_ = os.Remove(logFile.Name())
-	}, nil
+	return m.Stop, nil
 }
 
 // webhookCertificate writes a serving certificate for 127.0.0.1 where the

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -88,19 +89,42 @@ func StartControllerManager(cp *ControlPlane, opts ControllerManagerOptions) (*C
 	return m, nil
 }
 
-// Running reports an error when the process has exited, with the last lines
-// of its log.
+// StartTestControllerManager starts kube-controller-manager with the
+// controllers asked for until the test ends, and logs the end of its log
+// when the test failed. A missing binary is Unavailable (a failure in CI).
+func StartTestControllerManager(t testing.TB, cp *ControlPlane, controllers ...string) *ControllerManager {
+	t.Helper()
+	m, err := StartControllerManager(cp, ControllerManagerOptions{Controllers: controllers})
+	if err != nil {
+		if errors.Is(err, ErrMissingDependency) {
+			Unavailable(t, err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kube-controller-manager's log, its end:\n%s", m.logTail(4096))
+		}
+		m.Stop()
+	})
+	return m
+}
+
+// Running reports an error when the process has exited, with the end of
+// its log.
 func (m *ControllerManager) Running() error {
 	select {
 	case <-m.exited:
-		data, _ := os.ReadFile(m.log.Name())
-		if len(data) > 2000 {
-			data = data[len(data)-2000:]
-		}
-		return fmt.Errorf("kube-controller-manager exited (%v):\n%s", m.err, data)
+		return fmt.Errorf("kube-controller-manager exited (%v):\n%s", m.err, m.logTail(2000))
 	default:
 		return nil
 	}
+}
+
+// logTail returns the last n bytes of the log.
+func (m *ControllerManager) logTail(n int) []byte {
+	data, _ := os.ReadFile(m.log.Name())
+	return data[max(0, len(data)-n):]
 }
 
 // Stop ends the process (SIGTERM, then SIGKILL after 10 s) and removes its
