@@ -148,7 +148,7 @@ func ExampleScheduler() {
 	}
 	k := key{"web-0", "http"}
 	trackers[k], _ = probes.NewTracker(probes.TrackerConfig{})
-	job := probes.Job{Prober: tcp, Target: target, Period: 20 * time.Millisecond, Timeout: 10 * time.Millisecond, Group: "tenant-a"}
+	job := probes.Job{Prober: tcp, Target: target, Period: 20 * time.Millisecond, Timeout: time.Second, Group: "tenant-a"}
 	if err := s.Add(k, job); err != nil {
 		panic(err)
 	}

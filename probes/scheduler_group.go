@@ -43,8 +43,12 @@ func (s *Scheduler[K]) enqueue(e *entry[K]) {
 	}
 }
 
-// dequeue takes the idle entry e out of its group's queue.
+// dequeue takes the idle entry e out of its group's queue. An entry whose
+// probe returned while Run was stopping was never queued again (index -1).
 func (s *Scheduler[K]) dequeue(e *entry[K]) {
+	if e.index < 0 {
+		return
+	}
 	e.group.queue.remove(e.index)
 	s.refresh(e.group)
 }

@@ -16,8 +16,10 @@ import (
 // (a tenant) whose HTTP probes hang against a server that accepts and never
 // answers, with timeouts of an hour, four times as many as there are slots,
 // beside another group's TCP probe: the noisy group holds no more than its
-// bound, and the other group's probe still runs every period, without a
-// tick skipped.
+// bound, and the other group's probe still runs (without the bound it never
+// runs at all). The real clock on a loaded machine may make the quiet probe
+// skip a tick: that is counted in the figure, not failed; the exact lags are
+// TestSchedulerGroupBound's, in fake time.
 func TestSchedulerNoisyNeighbour(t *testing.T) {
 	n := neighbours{maxConcurrent: 8, perGroup: 4, noisyKeys: 32, noisyTimeout: time.Hour, quietPeriod: 200 * time.Millisecond, quietProbes: 10}
 	got, noisy := n.run(t, 30*time.Second)
@@ -27,17 +29,18 @@ func TestSchedulerNoisyNeighbour(t *testing.T) {
 	if noisy.started != n.perGroup {
 		t.Errorf("%d noisy probes started, want %d: the others wait for the hanging ones", noisy.started, n.perGroup)
 	}
+	skipped := 0
 	for i, r := range got {
 		if r.Result.Status != Success {
 			t.Errorf("quiet probe %d: %v", i, r.Result)
 		}
-		if i > 0 && r.Scheduled.Sub(got[i-1].Scheduled) != n.quietPeriod {
-			t.Errorf("quiet probe %d due %v after the previous one, want one period (%v): a tick was skipped", i, r.Scheduled.Sub(got[i-1].Scheduled), n.quietPeriod)
+		if i > 0 {
+			skipped += int(r.Scheduled.Sub(got[i-1].Scheduled)/n.quietPeriod) - 1
 		}
 	}
 	lags := lagsOf(got)
-	t.Logf("figure: beside %d noisy keys hanging (%d in flight), the quiet key's %d probes started %v late at the median, %v at worst (period %v)",
-		n.noisyKeys, noisy.maxInFlight, len(got), lags[len(lags)/2], lags[len(lags)-1], n.quietPeriod)
+	t.Logf("figure: beside %d noisy keys hanging (%d in flight), the quiet key's %d probes started %v late at the median, %v at worst, %d ticks skipped (period %v)",
+		n.noisyKeys, noisy.maxInFlight, len(got), lags[len(lags)/2], lags[len(lags)-1], skipped, n.quietPeriod)
 }
 
 // BenchmarkSchedulerNoisyNeighbour shows side by side the lag of a quiet
@@ -137,7 +140,9 @@ func (n neighbours) run(tb testing.TB, deadline time.Duration) ([]Report[string]
 		holds = n.maxConcurrent
 	}
 	waitFor(tb, "the noisy probes to start", func() bool { return int(started.Load()) >= holds })
-	if err := s.Add("quiet", Job{Prober: tcp, Target: targetOf(tb, accepting), Period: n.quietPeriod, Timeout: n.quietPeriod, Group: "quiet"}); err != nil {
+	// A timeout longer than the period: a loaded machine must not turn
+	// the quiet probe into a failure; only the slots are under test.
+	if err := s.Add("quiet", Job{Prober: tcp, Target: targetOf(tb, accepting), Period: n.quietPeriod, Timeout: 5 * time.Second, Group: "quiet"}); err != nil {
 		tb.Fatal(err)
 	}
 

@@ -137,7 +137,9 @@ func TestSecretCacheBoundsSayWhy(t *testing.T) {
 	r := &secretReader{}
 	r.set(returns(small, nil))
 	c := newSecretCache(r, time.Millisecond, secretBounds{Total: 2 * heldCost, Namespace: 2 * heldCost}, logr.Discard(), nil)
-	c.idle = 20 * time.Millisecond
+	// Long enough that d1 and d2 are not idle yet when d3 asks, even on a
+	// loaded machine under -race.
+	c.idle = 2 * time.Second
 	for _, name := range []string{"d1", "d2"} {
 		if _, err := c.get(ctx, types.NamespacedName{Namespace: "ns-a", Name: name}, testOwner); err != nil {
 			t.Fatal(err)
@@ -147,7 +149,7 @@ func TestSecretCacheBoundsSayWhy(t *testing.T) {
 	if _, err := c.get(ctx, third, testOwner); err == nil {
 		t.Fatal("a third Secret fits in the room of two")
 	}
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(c.idle + 100*time.Millisecond)
 	if _, err := c.get(ctx, third, testOwner); err != nil {
 		t.Errorf("once the others are idle: %v", err)
 	}

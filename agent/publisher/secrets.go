@@ -129,9 +129,9 @@ type secretEntry struct {
 	inflight chan struct{}
 	// failingSince is when the current streak of failed reads began.
 	failingSince time.Time
-	// everRead is set by the first successful read of the Secret, NotFound
-	// excepted; until then backoff, the wait after a failed read, applies
-	// instead of the ttl.
+	// everRead is set by the first successful read of the Secret and
+	// cleared by a refusal (403); until then backoff, the wait after a
+	// failed read, applies instead of the ttl. NotFound keeps it.
 	everRead bool
 	backoff  time.Duration
 }
@@ -304,6 +304,10 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 		outcome = "forbidden"
 		c.usage.resize(key, e, nil)
 		e.data, e.err = nil, fmt.Errorf("reading Secret %s: %w", key, err)
+		// As if never read: the next read comes after the short backoff,
+		// not the ttl, so that a grant given again (a namespace made
+		// again, a Role rewritten) takes effect within seconds.
+		e.everRead = false
 	default:
 		outcome = "error"
 		e.err = fmt.Errorf("reading Secret %s: %w", key, err)
@@ -332,7 +336,7 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 		failedFor = time.Since(e.failingSince)
 		e.failingSince = time.Time{}
 	}
-	kept, everRead := e.data != nil, e.everRead
+	kept := e.data != nil
 	newMode, hasMode := tlsModeIn(e.data)
 	close(e.inflight)
 	e.inflight = nil
@@ -344,7 +348,7 @@ func (c *secretCache) read(key types.NamespacedName, e *secretEntry) {
 		c.log.Info("credentials Secret not found; its probes fail until it exists", "secret", key.String())
 	case streakBegins && outcome == "over-bound":
 		c.log.Error(err, "a credentials Secret does not fit in the agent's bounds; its probes fail until it does", "secret", key.String())
-	case streakBegins && outcome == "forbidden" && !everRead:
+	case streakBegins && outcome == "forbidden" && !hadData:
 		// The controller grants the agent its resources' Secrets when it
 		// reconciles them (docs/security.md): a resource's first reads can
 		// come before the grant, and are retried on the short backoff.
