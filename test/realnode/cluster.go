@@ -83,6 +83,10 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The node machines bind it from inside a different working folder.
+	if bin, err = filepath.Abs(bin); err != nil {
+		return nil, fmt.Errorf("the binaries' folder: %w", err)
+	}
 	for _, name := range []string{"kube-apiserver", "etcd", "kube-proxy", "kube-controller-manager", "kube-scheduler", "kubelet"} {
 		if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
 			return nil, fmt.Errorf("%w: %s not in %s (make test builds it)", harness.ErrMissingDependency, name, bin)
@@ -109,6 +113,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	dir, err := os.MkdirTemp("", "swh-realnode-")
 	if err != nil {
 		return nil, fmt.Errorf("creating the cluster's folder: %w", err)
+	}
+	if err := outsideReplacedTrees(dir); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	c = &Cluster{bin: bin, dir: dir, cniBin: cniBin, pauseRef: pauseRef, images: opts.Images, proxyMode: opts.ProxyMode}
 	if c.proxyMode == "" {
@@ -240,6 +247,22 @@ func (c *Cluster) Diagnose() string {
 }
 
 // findCNI finds the CNI plugins of Debian's containernetworking-plugins.
+// outsideReplacedTrees refuses a cluster folder under /var or /run: every
+// node machine mounts its own over both, which would hide the folder that
+// holds the node's configuration from the node itself.
+func outsideReplacedTrees(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("resolving the cluster's folder: %w", err)
+	}
+	for _, tree := range []string{"/var", "/run"} {
+		if real == tree || strings.HasPrefix(real, tree+"/") {
+			return fmt.Errorf("realnode: the cluster's folder %s is under %s, which every node replaces with its own; point TMPDIR elsewhere (e.g. /tmp)", real, tree)
+		}
+	}
+	return nil
+}
+
 func findCNI() (string, error) {
 	for _, d := range []string{"/usr/lib/cni", "/opt/cni/bin"} {
 		if _, err := os.Stat(filepath.Join(d, "ptp")); err == nil {

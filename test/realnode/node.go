@@ -47,6 +47,19 @@ type Client struct {
 // every process of the node when it exits.
 const nodeScript = `set -euo pipefail
 D=$1; shift
+# /run and /var are replaced below, and the checkout may be under either
+# (/var/tmp): what the node needs of it (bin/ and the image files) is bound
+# into $D first.
+mkdir -p "$D/host-bin" "$D/images"
+mount --bind "$SWH_BIN" "$D/host-bin"
+export PATH="$D/host-bin:$PATH"
+imgs=()
+for img in "$@"; do
+  f="$D/images/${#imgs[@]}.tar"
+  touch "$f"
+  mount --bind "$img" "$f"
+  imgs+=("$f")
+done
 mount -t tmpfs -o mode=0755 swh-run /run
 mount --bind "$D/var" /var
 mkdir -p "$D/sysctl"
@@ -61,7 +74,7 @@ for i in $(seq 1 300); do
   [ -S "$D/containerd.sock" ] && ctr --address "$D/containerd.sock" version >/dev/null 2>&1 && break
   sleep 0.1
 done
-for img in "$@"; do
+for img in "${imgs[@]}"; do
   ctr --address "$D/containerd.sock" -n k8s.io images import --snapshotter native "$img" > /dev/null
 done
 kubelet --config "$D/kubelet.yaml" --kubeconfig "$D/kubelet.kubeconfig" \
@@ -182,14 +195,18 @@ func (n *Node) boot() error {
 	n.runs++
 	images := make([]string, 0, len(n.c.images))
 	for _, img := range n.c.images {
-		images = append(images, img.File)
+		file, err := filepath.Abs(img.File)
+		if err != nil {
+			return fmt.Errorf("image %s: %w", img.Name, err)
+		}
+		images = append(images, file)
 	}
 	// --kill-child: the machine's first process dies with unshare, even
 	// on SIGKILL, and the kernel then ends every process of the node.
 	args := append([]string{"--mount", "--pid", "--fork", "--kill-child=SIGKILL", "--mount-proc", "--propagation", "private", "--",
 		"bash", "-c", nodeScript, "swh-node", n.dir}, images...)
 	p, err := n.c.start(n.NS, fmt.Sprintf("%s-machine-%d", n.Name, n.runs),
-		[]string{"NODE_NAME=" + n.Name, "NODE_IP=" + n.IP, fmt.Sprintf("RUN=%d", n.runs), "PATH=" + n.c.bin + ":" + os.Getenv("PATH")},
+		[]string{"NODE_NAME=" + n.Name, "NODE_IP=" + n.IP, fmt.Sprintf("RUN=%d", n.runs), "SWH_BIN=" + n.c.bin, "PATH=" + os.Getenv("PATH")},
 		"unshare", args...)
 	if err != nil {
 		return err
