@@ -27,8 +27,10 @@ var errNoScale = errors.New("no scale")
 
 // expectedPods is the number of pods a budget is counted over, as kube's
 // disruption controller counts it (getExpectedScale): the replicas that
-// the pods' controllers declare, each controller once, plus one per
-// selected pod no controller controls. A Deployment counts through its
+// the pods' controllers declare, each controller once. A selected pod no
+// controller controls counts as one while it exists, where kube counts
+// none and warns: nothing says how many such pods there should be, and
+// counting none would let a percentage budget lose every one of them. A Deployment counts through its
 // ReplicaSets; a ReplicaSet, a StatefulSet, and any other controller with
 // a /scale subresource (a CloudNativePG Cluster, a custom operator's kind)
 // count the replicas of their /scale. So a member that is gone, not yet

@@ -72,13 +72,14 @@ type decided struct {
 // later that lacks it proves the pod gone. A list read before could lack a
 // pod created meanwhile and reserved by another replica, and the write
 // would drop that reservation. So a retry reads the pods again when the
-// resource it read names a pod its list lacks.
+// resource it read names a pod its list lacks, or when its spec changed.
 func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, dryRun bool) (decided, error) {
 	// Whole seconds: the time read back from the status must equal the
 	// key's, to give the reservation back.
 	now := metav1.NewTime(g.now()).Rfc3339Copy()
 	out := decided{swh: swh}
 	var in Inputs
+	var readGeneration int64
 	err := onConflict(ctx, func() error {
 		cur := &swhv1alpha1.ServiceWithHealthchecks{}
 		if err := g.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), cur); err != nil {
@@ -93,12 +94,16 @@ func (g *Guard) decide(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthch
 			out.outcome = outcomeAllowed
 			return nil
 		}
-		if in.Resource == nil || reservesUnlisted(cur, in.Pods) {
+		// A spec changed between attempts (selector, ports, budget) may
+		// select other pods: read them again too.
+		// (The generation is kept apart: a failed write may fill the
+		// object it was given.)
+		if in.Resource == nil || readGeneration != cur.Generation || reservesUnlisted(cur, in.Pods) {
 			read, err := g.read(ctx, cur, now.Time)
 			if err != nil {
 				return err
 			}
-			in = read
+			in, readGeneration = read, cur.Generation
 		}
 		in.Resource = cur
 		// A retried eviction (the pod holds a reservation: its eviction was

@@ -143,3 +143,50 @@ func TestRetryIsJudgedAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestSpecChangedBetweenAttemptsReadsPodsAgain: the resource's selector
+// changes between this replica's pod list and its reservation write. The
+// write conflicts, and the retry judges the pods the new selector selects,
+// not the list read for the old one.
+func TestSpecChangedBetweenAttemptsReadsPodsAgain(t *testing.T) {
+	swh := resource(swhv1alpha1.DisruptionBudget{MaxUnavailable: ptr.To(intstr.FromInt32(1)), Ports: []string{"client"}})
+	objs := append(brokerObjects(map[string]bool{"b-0": true, "b-1": true, "b-2": true, "b-3": false}), swh)
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			switch p.Name {
+			case "b-0":
+				p.Labels = map[string]string{"app": "kafka", "role": "broker"}
+			case "b-3": // failing, selected by the new selector only
+				p.Labels = map[string]string{"role": "broker"}
+			}
+		}
+	}
+	var once sync.Once
+	funcs := interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		err := c.List(ctx, list, opts...)
+		if _, ok := list.(*corev1.PodList); ok {
+			once.Do(func() {
+				cur := &swhv1alpha1.ServiceWithHealthchecks{}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(swh), cur); err != nil {
+					t.Error(err)
+					return
+				}
+				cur.Spec.Selector = map[string]string{"role": "broker"}
+				cur.Generation++
+				if err := c.Update(ctx, cur); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		return err
+	}}
+	g := fakeGuard(t, funcs, objs...)
+	g.Now = func() time.Time { return now }
+	resp := g.Handle(context.Background(), evictionRequest("b-0", `{"kind":"Eviction"}`))
+	if resp.Allowed {
+		t.Fatalf("eviction of b-0 allowed on the old selector's pods; under the new one b-3 fails and b-0 is the last passing pod")
+	}
+	if resp.Result.Code != http.StatusTooManyRequests {
+		t.Errorf("answer %d %q, want 429", resp.Result.Code, resp.Result.Message)
+	}
+}

@@ -113,6 +113,9 @@ func TestWorkloadScales(t *testing.T) {
 		{"a StatefulSet's pods", []corev1.Pod{owned("a", "StatefulSet", "db", "uid-db")}, 3},
 		{"all of them and a pod of no controller", []corev1.Pod{owned("a", "ReplicaSet", "web-1", "uid-web-1"), owned("b", "ReplicaSet", "solo", "uid-solo"),
 			owned("c", "StatefulSet", "db", "uid-db"), broker("d", "n0")}, 11},
+		// kube counts bare pods as none (and warns), which lets a
+		// maxUnavailable budget lose all of them at once.
+		{"bare pods count as themselves", []corev1.Pod{broker("a", "n0"), broker("b", "n0"), broker("c", "n0")}, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
