@@ -60,9 +60,12 @@ set +e
 (
   cd "$work/swh"
   # Nothing from this shell's Go settings leaks in: the caches are empty
-  # folders of this run, and every other setting is Go's default.
-  exec env -u GOFLAGS -u GOPROXY -u GONOSUMDB -u GOPRIVATE -u GOWORK -u SWH_BIN_DIR \
-    CI=true GOMODCACHE="$work/gomodcache" GOCACHE="$work/gocache" \
+  # folders of this run, go env -w settings are ignored (GOENV=off), and
+  # every other setting is Go's default. PATH is the system's and Go's
+  # only: a tool installed earlier in ~/go/bin is not there.
+  exec env -u GOFLAGS -u GOPROXY -u GONOSUMDB -u GOPRIVATE -u GOWORK -u GOTOOLCHAIN -u GOBIN -u SWH_BIN_DIR \
+    PATH="$(dirname "$(command -v go)"):/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    CI=true GOENV=off GOMODCACHE="$work/gomodcache" GOCACHE="$work/gocache" \
     "${cmd[@]}" </dev/null
 ) 2>&1 | {
   name="" begun=$start

@@ -62,16 +62,22 @@ func condition(t *testing.T, ctx context.Context, ns, name string) func() (*meta
 }
 
 func hasEvent(ctx context.Context, ns, name, reason string) error {
+	return hasEventOfType(ctx, ns, name, reason, "")
+}
+
+// hasEventOfType is hasEvent for events of one type (Normal, Warning);
+// "" is any.
+func hasEventOfType(ctx context.Context, ns, name, reason, eventType string) error {
 	list := &eventsv1.EventList{}
 	if err := controlPlane.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
 		return err
 	}
 	for _, e := range list.Items {
-		if e.Regarding.Name == name && e.Reason == reason {
+		if e.Regarding.Name == name && e.Reason == reason && (eventType == "" || e.Type == eventType) {
 			return nil
 		}
 	}
-	return fmt.Errorf("no event %s on %s among %d events", reason, name, len(list.Items))
+	return fmt.Errorf("no %s event %s on %s among %d events", eventType, reason, name, len(list.Items))
 }
 
 func TestConflictingServiceIsLeftAlone(t *testing.T) {

@@ -83,9 +83,10 @@ func TestReplacedResourceWaitsForTheGarbageCollector(t *testing.T) {
 		}
 		return nil
 	})
-	if err := hasEvent(ctx, ns, name, swhv1alpha1.ReasonAwaitingGarbageCollection); err != nil {
-		t.Error(err)
-	}
+	// Events are written apart from the status: the event may lag it.
+	harness.Eventually(t, 20*time.Second, "a Normal event AwaitingGarbageCollection", func() error {
+		return hasEventOfType(ctx, ns, name, swhv1alpha1.ReasonAwaitingGarbageCollection, corev1.EventTypeNormal)
+	})
 	noEvent(t, ctx, ns, name, swhv1alpha1.ReasonServiceNotOwned)
 	// The controller left the old Service alone: that is the collector's.
 	if svc, err := getService(ctx, ns, name); err != nil || svc.UID != oldService.UID {

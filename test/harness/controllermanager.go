@@ -77,6 +77,9 @@ func StartControllerManager(cp *ControlPlane, opts ControllerManagerOptions) (*C
 	}, opts.ExtraArgs...)
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Dies with the test binary (a panic or a kill skips the cleanups),
+	// as the control plane's processes do.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting kube-controller-manager: %w", err)
