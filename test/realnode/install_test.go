@@ -56,8 +56,8 @@ func TestInstall(t *testing.T) {
 	var row map[string]string
 	harness.Eventually(t, convergeTimeout, "kubectl get swh showing 3/3", func() error {
 		row = tableRow(ctx, t, ns, "web")
-		if row["Ready"] != "3/3" || row["Cluster-IP"] != svc.Spec.ClusterIP || row["Ports"] != "80" {
-			return fmt.Errorf("kubectl get swh shows %v, want Ready 3/3, Cluster-IP %s, Ports 80", row, svc.Spec.ClusterIP)
+		if row["Ready"] != "3/3" || row["Cluster-IP"] != svc.Spec.ClusterIP || row["Ports"] != "80/TCP" {
+			return fmt.Errorf("kubectl get swh shows %v, want Ready 3/3, Cluster-IP %s, Ports 80/TCP", row, svc.Spec.ClusterIP)
 		}
 		return nil
 	})
