@@ -26,6 +26,15 @@
 //     updates and deletes, never touching a slice another Service, manager or
 //     node owns and moving aside from names such slices hold.
 //
+// Read is Build's inverse for every reader of published slices (a status,
+// a disruption budget, a CLI): one Published per port, pod and node, with
+// the rules decided once. A nil ready or serving condition reads as true
+// and a nil terminating as false, as the EndpointSlice API says and
+// kube-proxy reads them; a pod published in two address families is ready
+// and serving only when both entries are; a slice speaks only for the node
+// it is labelled for. Published.Available (serving and not terminating) is
+// the probes' verdict whatever publishNotReadyAddresses says.
+//
 // NodeNotReady and Withdraw serve a writer that takes the endpoints of a
 // node that is not Ready out of service without probing them: Withdraw
 // marks a slice's endpoints as Build would for pods passing no probe.

@@ -152,6 +152,38 @@ func ExampleBuild() {
 	//   vm-1 10.244.0.6 node=worker-1 zone=zone-a ready=true serving=true terminating=false
 }
 
+// ExampleRead reads back what an agent's slices publish, pod by pod and
+// port by port, with the rules every reader shares: a pod published in two
+// address families is ready only when both entries are, and a slice speaks
+// only for the node it is labelled for.
+func ExampleRead() {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "mail", Namespace: "shop", UID: "svc-uid"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+			{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP},
+		}},
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "worker-1"}}
+	pods := []endpoints.PodVerdicts{
+		{Pod: examplePod("vm-0", "10.244.0.5", true), Ports: []endpoints.PortVerdict{{Port: 8080, Passing: true}}},
+		{Pod: examplePod("vm-1", "10.244.0.6", true), Ports: []endpoints.PortVerdict{{Port: 8080, Passing: false}}},
+	}
+	slices, err := endpoints.Build(endpoints.ServiceFrom(svc), endpoints.NodeFrom(node), pods, endpoints.Options{})
+	if err != nil {
+		panic(err)
+	}
+	published, err := endpoints.Read(slices, endpoints.Options{})
+	if err != nil {
+		panic(err)
+	}
+	for _, p := range published {
+		fmt.Printf("%s on %s (node %s): ready=%v available=%v\n", p.Pod.Name, p.Port, p.Node, p.Ready, p.Available())
+	}
+	// Output:
+	// vm-0 on http (node worker-1): ready=true available=true
+	// vm-1 on http (node worker-1): ready=false available=false
+}
+
 func ExamplePlan() {
 	svc := endpoints.Service{
 		Name: "a", Namespace: "shop", UID: "svc-uid",

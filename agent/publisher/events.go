@@ -278,28 +278,19 @@ type publishedPort struct {
 }
 
 // readiness lists the endpoints of the agent's slices (one port each) by
-// pod and port name.
+// pod and port name, as endpoints.Read reads them: ready when every
+// address family's entry is.
 func readiness(list []discoveryv1.EndpointSlice) map[podPort]publishedPort {
 	out := map[podPort]publishedPort{}
-	for i := range list {
-		s := &list[i]
-		var port portRef
-		if len(s.Ports) > 0 {
-			if s.Ports[0].Name != nil {
-				port.name = *s.Ports[0].Name
-			}
-			if s.Ports[0].Port != nil {
-				port.number = *s.Ports[0].Port
-			}
+	// The default options are valid: no error.
+	published, _ := endpoints.Read(list, endpoints.Options{})
+	for _, p := range published {
+		if p.Pod == nil {
+			continue
 		}
-		for _, ep := range s.Endpoints {
-			if ep.TargetRef == nil {
-				continue
-			}
-			key := podPort{uid: ep.TargetRef.UID, pod: ep.TargetRef.Name, port: port.name}
-			prev := out[key]
-			out[key] = publishedPort{port: port, ready: prev.ready || ep.Conditions.Ready == nil || *ep.Conditions.Ready}
-		}
+		key := podPort{uid: p.Pod.UID, pod: p.Pod.Name, port: p.Port}
+		prev, seen := out[key]
+		out[key] = publishedPort{port: portRef{name: p.Port, number: p.PortNumber}, ready: p.Ready && (prev.ready || !seen)}
 	}
 	return out
 }

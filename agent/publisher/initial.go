@@ -22,8 +22,20 @@ import (
 // being adopted (every port in each), which count only where the agent
 // publishes nothing for that pod and port yet.
 func servingPorts(own, adopted []discoveryv1.EndpointSlice) map[types.UID]map[string]bool {
-	out := collectServing(own)
-	for uid, ports := range collectServing(adopted) {
+	out := map[types.UID]map[string]bool{}
+	// The default options are valid: no error.
+	published, _ := endpoints.Read(own, endpoints.Options{})
+	for _, p := range published {
+		if p.Pod == nil {
+			continue
+		}
+		if out[p.Pod.UID] == nil {
+			out[p.Pod.UID] = map[string]bool{}
+		}
+		serving, seen := out[p.Pod.UID][p.Port]
+		out[p.Pod.UID][p.Port] = p.Serving && (serving || !seen)
+	}
+	for uid, ports := range builtinServing(adopted) {
 		if out[uid] == nil {
 			out[uid] = map[string]bool{}
 		}
@@ -36,9 +48,11 @@ func servingPorts(own, adopted []discoveryv1.EndpointSlice) map[types.UID]map[st
 	return out
 }
 
-// collectServing is servingPorts for one set of slices: a pod serves on a
-// port when any of its endpoints there (one per address family) serves.
-func collectServing(slices []discoveryv1.EndpointSlice) map[types.UID]map[string]bool {
+// builtinServing reads the built-in controller's slices (every port in
+// each, no node label: not the layout endpoints.Read reads). A pod serves
+// on a port when every one of its endpoints there (one per address family)
+// serves, as endpoints.Read decides for the agent's slices.
+func builtinServing(slices []discoveryv1.EndpointSlice) map[types.UID]map[string]bool {
 	out := map[types.UID]map[string]bool{}
 	for i := range slices {
 		s := &slices[i]
@@ -49,14 +63,14 @@ func collectServing(slices []discoveryv1.EndpointSlice) map[types.UID]map[string
 			if out[ep.TargetRef.UID] == nil {
 				out[ep.TargetRef.UID] = map[string]bool{}
 			}
-			// A nil condition reads as the API's default: serving.
-			serving := ep.Conditions.Serving == nil || *ep.Conditions.Serving
+			_, serving, _ := endpoints.Conditions(ep.Conditions)
 			for _, port := range s.Ports {
 				name := ""
 				if port.Name != nil {
 					name = *port.Name
 				}
-				out[ep.TargetRef.UID][name] = out[ep.TargetRef.UID][name] || serving
+				prev, seen := out[ep.TargetRef.UID][name]
+				out[ep.TargetRef.UID][name] = serving && (prev || !seen)
 			}
 		}
 	}
@@ -82,7 +96,7 @@ func ownedBy(resource types.NamespacedName, slices []discoveryv1.EndpointSlice) 
 	for i := range slices {
 		l := slices[i].Labels
 		if slices[i].Namespace == resource.Namespace && l[discoveryv1.LabelServiceName] == resource.Name &&
-			l[discoveryv1.LabelManagedBy] == endpoints.DefaultManagedBy {
+			endpoints.ManagedBy(&slices[i], endpoints.Options{}) {
 			out = append(out, slices[i])
 		}
 	}

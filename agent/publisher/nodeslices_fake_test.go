@@ -104,6 +104,10 @@ func TestStartsFromPublished(t *testing.T) {
 		s.Name = sliceName(t, "http")
 		s.Labels = map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy,
 			endpoints.DefaultNodeLabel: endpoints.NodeLabelValue(testNode)}
+		for i := range s.Endpoints {
+			node := testNode
+			s.Endpoints[i].NodeName = &node
+		}
 		return s
 	}
 	tests := []struct {

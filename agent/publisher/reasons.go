@@ -106,8 +106,6 @@ func sameOwner(s *discoveryv1.EndpointSlice, desired []discoveryv1.EndpointSlice
 // slicePortName is the name of the Service port a slice publishes (its
 // only port); "" for an unnamed port.
 func slicePortName(s *discoveryv1.EndpointSlice) string {
-	if len(s.Ports) == 0 || s.Ports[0].Name == nil {
-		return ""
-	}
-	return *s.Ports[0].Name
+	name, _ := endpoints.SlicePort(s)
+	return name
 }

@@ -109,16 +109,20 @@ func TestInferPassed(t *testing.T) {
 }
 
 func TestServingPorts(t *testing.T) {
+	// Labelled as an agent's slice of node n1 (the built-in controller's
+	// slices are read without regard to labels).
+	labels := map[string]string{discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy, endpoints.DefaultNodeLabel: "n1"}
 	slice := func(ports []string, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
-		s := discoveryv1.EndpointSlice{Endpoints: eps}
+		s := discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Endpoints: eps}
 		for _, p := range ports {
 			s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: &p})
 		}
 		return s
 	}
 	yes, no := true, false
+	node := "n1"
 	ep := func(uid string, ready, serving, terminating *bool) discoveryv1.Endpoint {
-		return discoveryv1.Endpoint{TargetRef: &corev1.ObjectReference{UID: types.UID(uid)},
+		return discoveryv1.Endpoint{TargetRef: &corev1.ObjectReference{UID: types.UID(uid)}, NodeName: &node,
 			Conditions: discoveryv1.EndpointConditions{Ready: ready, Serving: serving, Terminating: terminating}}
 	}
 	tests := []struct {
@@ -134,10 +138,14 @@ func TestServingPorts(t *testing.T) {
 				ep("pnra-failing", &yes, &no, &no),         // case (c)
 				ep("nil-conditions", nil, nil, nil))}, nil,
 			"map[failing:map[web:false] nil-conditions:map[web:true] pnra-failing:map[web:false] ready:map[web:true] terminating-passing:map[web:true]]"},
-		{"an unnamed port", []discoveryv1.EndpointSlice{{Ports: []discoveryv1.EndpointPort{{}}, Endpoints: []discoveryv1.Endpoint{ep("a", &yes, &yes, &no)}}}, nil,
+		{"an unnamed port", []discoveryv1.EndpointSlice{{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Ports: []discoveryv1.EndpointPort{{}}, Endpoints: []discoveryv1.Endpoint{ep("a", &yes, &yes, &no)}}}, nil,
 			"map[a:map[:true]]"},
-		{"two address families: serving in either",
+		// endpoints.Read's rule: serving when every family's entry is.
+		{"two address families: serving only in both",
 			[]discoveryv1.EndpointSlice{slice([]string{"web"}, ep("a", &no, &no, &no)), slice([]string{"web"}, ep("a", &yes, &yes, &no))}, nil,
+			"map[a:map[web:false]]"},
+		{"two address families, both serving",
+			[]discoveryv1.EndpointSlice{slice([]string{"web"}, ep("a", &yes, &yes, &no)), slice([]string{"web"}, ep("a", &yes, &yes, &no))}, nil,
 			"map[a:map[web:true]]"},
 		{"the built-in controller's slices hold every port",
 			nil, []discoveryv1.EndpointSlice{slice([]string{"web", "smtp"}, ep("d", &yes, &yes, &no), ep("e", &no, &no, &no))},

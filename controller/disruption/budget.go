@@ -132,13 +132,6 @@ func podProblem(pod *corev1.Pod, ports []string, ready map[endpointKey]bool, res
 	return ""
 }
 
-func ptrString(p *string) string {
-	if p == nil {
-		return ""
-	}
-	return *p
-}
-
 func portLabel(name string) string {
 	if name == "" {
 		return "its port"
@@ -182,30 +175,23 @@ type endpointKey struct {
 // it, nor can a slice left by a pod's previous node.
 func verdicts(slices []discoveryv1.EndpointSlice) map[endpointKey]bool {
 	out := map[endpointKey]bool{}
-	for i := range slices {
-		s := &slices[i]
-		if len(s.Ports) != 1 || s.Ports[0].Name == nil {
+	// endpoints.Read keeps only the entries of the node each slice is
+	// labelled for, and combines a pod's entries (one per family): the
+	// default options are valid, so it returns no error.
+	published, _ := endpoints.Read(slices, endpoints.Options{})
+	for _, p := range published {
+		if p.Pod == nil || p.Pod.Kind != "Pod" {
 			continue
 		}
-		name := *s.Ports[0].Name
-		label := s.Labels[endpoints.DefaultNodeLabel]
-		for _, ep := range s.Endpoints {
-			node := ptrString(ep.NodeName)
-			if ep.TargetRef == nil || ep.TargetRef.Kind != "Pod" || node == "" || endpoints.NodeLabelValue(node) != label {
-				continue
-			}
-			passing := isTrue(ep.Conditions.Serving) && !isTrue(ep.Conditions.Terminating)
-			k := endpointKey{port: name, pod: ep.TargetRef.UID, node: node}
-			if prev, seen := out[k]; seen {
-				passing = passing && prev
-			}
-			out[k] = passing
+		passing := p.Available()
+		k := endpointKey{port: p.Port, pod: p.Pod.UID, node: p.Node}
+		if prev, seen := out[k]; seen {
+			passing = passing && prev
 		}
+		out[k] = passing
 	}
 	return out
 }
-
-func isTrue(p *bool) bool { return p != nil && *p }
 
 // liveReservations drops the reservations that no longer count: expired,
 // or whose pod is terminating, gone or replaced by a pod of the same name.

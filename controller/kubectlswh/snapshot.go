@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
 )
 
 // Snapshot is what the plugin reads of one resource, at one time.
@@ -36,6 +37,9 @@ type Snapshot struct {
 	// listed, or no pod matched at all (a wrong namespace or selector).
 	// Nothing is then said stale or unpublished for want of an agent.
 	AgentsError error
+
+	// published is what Slices publish, read once (publishedEndpoints).
+	published []endpoints.Published
 }
 
 // AgentLocation says where the agent pods are.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -185,42 +184,56 @@ func (s *Snapshot) ports() []corev1.ServicePort {
 	return out
 }
 
-// endpoint finds pod in the agents' slices of port (of both address
-// families: ready when every one is), with its reason.
+// endpoint finds pod on port in the agents' slices, as endpoints.Read
+// reads them (ready and serving when every address family's entry is),
+// with its reason.
 func (s *Snapshot) endpoint(pod *corev1.Pod, port string, probeNames []string) EndpointStatus {
 	ep := EndpointStatus{Pod: pod.Name, Node: pod.Spec.NodeName, Ready: true, Serving: true}
-	for i := range s.Slices {
-		sl := &s.Slices[i]
-		if slicePort(sl) != port || sl.Labels[discoveryv1.LabelManagedBy] != endpoints.DefaultManagedBy {
+	for _, p := range s.publishedEndpoints() {
+		if p.Port != port || p.Pod == nil || p.Pod.Name != pod.Name || (p.Pod.UID != "" && p.Pod.UID != pod.UID) {
 			continue
 		}
-		for _, e := range sl.Endpoints {
-			if e.TargetRef == nil || e.TargetRef.Name != pod.Name || (e.TargetRef.UID != "" && e.TargetRef.UID != pod.UID) {
-				continue
-			}
-			ep.Published = true
-			ep.Ready = ep.Ready && (e.Conditions.Ready == nil || *e.Conditions.Ready)
-			ep.Serving = ep.Serving && (e.Conditions.Serving == nil || *e.Conditions.Serving)
-			ep.Terminating = ep.Terminating || (e.Conditions.Terminating != nil && *e.Conditions.Terminating)
-			if ep.Reason != nil {
-				continue
-			}
-			if reasons, err := swhv1alpha1.EndpointReasonsOf(sl.Annotations); err == nil {
-				if r, ok := reasons[pod.Name]; ok {
-					ep.Reason = reasonFrom(r, probeNames)
-				}
-			}
-		}
+		ep.Published = true
+		ep.Ready = ep.Ready && p.Ready
+		ep.Serving = ep.Serving && p.Serving
+		ep.Terminating = ep.Terminating || p.Terminating
 	}
 	if !ep.Published {
 		ep.Ready, ep.Serving = false, false
 		ep.Reason = &Reason{Reason: ReasonNotPublished, Message: s.notPublished(pod, port)}
 		return ep
 	}
+	ep.Reason = s.reason(pod, port, probeNames)
 	if ep.Reason == nil && !s.receives(ep) {
 		ep.Reason = &Reason{Reason: ReasonUnknown, Message: "the slice records no reason (written by an agent older than the reasons annotation, or left out of a slice of many failing endpoints)"}
 	}
 	return ep
+}
+
+// publishedEndpoints reads the slices once per snapshot.
+func (s *Snapshot) publishedEndpoints() []endpoints.Published {
+	if s.published == nil {
+		// The default options are valid: no error.
+		s.published, _ = endpoints.Read(s.Slices, endpoints.Options{})
+	}
+	return s.published
+}
+
+// reason is the first entry for pod in the reasons annotations of the
+// agents' slices of port.
+func (s *Snapshot) reason(pod *corev1.Pod, port string, probeNames []string) *Reason {
+	for i := range s.Slices {
+		sl := &s.Slices[i]
+		if name, _ := endpoints.SlicePort(sl); name != port || !endpoints.ManagedBy(sl, endpoints.Options{}) {
+			continue
+		}
+		if reasons, err := swhv1alpha1.EndpointReasonsOf(sl.Annotations); err == nil {
+			if r, ok := reasons[pod.Name]; ok {
+				return reasonFrom(r, probeNames)
+			}
+		}
+	}
+	return nil
 }
 
 // notPublished says why no slice of a port holds the pod.
@@ -295,13 +308,6 @@ func probeNames(r *swhv1alpha1.ServiceWithHealthchecks) []string {
 		out[i] = r.Spec.Healthcheck.Probes[i].Describe()
 	}
 	return out
-}
-
-func slicePort(s *discoveryv1.EndpointSlice) string {
-	if len(s.Ports) == 0 || s.Ports[0].Name == nil {
-		return ""
-	}
-	return *s.Ports[0].Name
 }
 
 func podHasPort(pod *corev1.Pod, name string) bool {

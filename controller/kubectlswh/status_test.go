@@ -24,13 +24,13 @@ func testPod(name, uid string) corev1.Pod {
 }
 
 func testSlice(family discoveryv1.AddressType, managedBy, pod, uid string, ready, serving bool, annotations map[string]string) discoveryv1.EndpointSlice {
-	port := "web"
+	port, node := "web", "node-1"
 	return discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-" + string(family) + "-" + managedBy, Annotations: annotations,
-			Labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: managedBy}},
+			Labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: managedBy, endpoints.DefaultNodeLabel: node}},
 		AddressType: family,
 		Ports:       []discoveryv1.EndpointPort{{Name: &port}},
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, NodeName: &node,
 			Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &serving},
 			TargetRef:  &corev1.ObjectReference{Kind: "Pod", Name: pod, UID: types.UID(uid)}}},
 	}

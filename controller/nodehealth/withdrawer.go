@@ -58,7 +58,7 @@ func (w *Withdrawer) SetupWithManager(mgr ctrl.Manager) error {
 	w.init()
 	sliceNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		s, ok := obj.(*discoveryv1.EndpointSlice)
-		if !ok || s.Labels[discoveryv1.LabelManagedBy] != endpoints.DefaultManagedBy {
+		if !ok || !endpoints.ManagedBy(s, endpoints.Options{}) {
 			return nil
 		}
 		for _, ep := range s.Endpoints {
@@ -257,7 +257,7 @@ func readySince(node *corev1.Node) time.Time {
 func countServing(s *discoveryv1.EndpointSlice) int {
 	n := 0
 	for _, ep := range s.Endpoints {
-		if ep.Conditions.Serving == nil || *ep.Conditions.Serving {
+		if _, serving, _ := endpoints.Conditions(ep.Conditions); serving {
 			n++
 		}
 	}

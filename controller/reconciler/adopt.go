@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
 )
 
 const (
@@ -47,10 +48,9 @@ func (r *Reconciler) removeSelector(ctx context.Context, svc *corev1.Service) er
 // Service as synced.
 func (r *Reconciler) finishAdoption(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, agentSlices []discoveryv1.EndpointSlice, cond metav1.Condition) (metav1.Condition, error) {
 	ready := false
-	for i := range agentSlices {
-		for _, ep := range agentSlices[i].Endpoints {
-			ready = ready || ep.Conditions.Ready == nil || *ep.Conditions.Ready
-		}
+	published, _ := endpoints.Read(agentSlices, endpoints.Options{}) // valid options: no error
+	for _, p := range published {
+		ready = ready || p.Ready
 	}
 	if !ready {
 		pods := &corev1.PodList{}

@@ -36,10 +36,7 @@ func staleSlices(svc *corev1.Service, slices []discoveryv1.EndpointSlice, nodeLa
 			continue
 		}
 		node, hasNode := s.Labels[endpoints.DefaultNodeLabel]
-		port := ""
-		if len(s.Ports) > 0 && s.Ports[0].Name != nil {
-			port = *s.Ports[0].Name
-		}
+		port, _ := endpoints.SlicePort(s)
 		switch {
 		case hasNode && !nodeLabels[node]:
 			out[s] = fmt.Sprintf("node %s no longer exists", node)
@@ -68,6 +65,5 @@ func missingNode(svc *corev1.Service, slices []discoveryv1.EndpointSlice, nodeLa
 // managedByAgent reports whether the slice is an swh agent's slice of the
 // named resource: labels decide, never the name.
 func managedByAgent(s *discoveryv1.EndpointSlice, service string) bool {
-	return s.Labels[discoveryv1.LabelManagedBy] == endpoints.DefaultManagedBy &&
-		s.Labels[discoveryv1.LabelServiceName] == service
+	return endpoints.ManagedBy(s, endpoints.Options{}) && s.Labels[discoveryv1.LabelServiceName] == service
 }

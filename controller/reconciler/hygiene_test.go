@@ -62,6 +62,9 @@ func TestStaleSlices(t *testing.T) {
 	}
 }
 
+// TestComputeStatusCountsPodsOnce: a dual-stack pod counts once, and is
+// ready on a port only when both its families' entries are (the rule of
+// endpoints.Read, which every reader shares).
 func TestComputeStatusCountsPodsOnce(t *testing.T) {
 	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Name: "web", Generation: 3},
 		Spec: swhv1alpha1.ServiceWithHealthchecksSpec{Ports: []swhv1alpha1.ServicePort{{Name: "a", Port: 1}, {Name: "b", Port: 2}}}}
@@ -71,19 +74,42 @@ func TestComputeStatusCountsPodsOnce(t *testing.T) {
 		if ready {
 			r = &yes
 		}
-		return discoveryv1.Endpoint{Addresses: []string{addr}, TargetRef: &corev1.ObjectReference{UID: types.UID(uid)}, Conditions: discoveryv1.EndpointConditions{Ready: r}}
+		node := "n1"
+		return discoveryv1.Endpoint{Addresses: []string{addr}, NodeName: &node, TargetRef: &corev1.ObjectReference{UID: types.UID(uid)}, Conditions: discoveryv1.EndpointConditions{Ready: r}}
 	}
-	port := func(name string) []discoveryv1.EndpointPort { return []discoveryv1.EndpointPort{{Name: &name}} }
-	slices := []discoveryv1.EndpointSlice{
-		{Ports: port("a"), AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", true)}},
-		{Ports: port("a"), AddressType: discoveryv1.AddressTypeIPv6, Endpoints: []discoveryv1.Endpoint{ep("p1", "fd00::1", true)}},
-		{Ports: port("b"), AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", false)}},
+	slice := func(port string, family discoveryv1.AddressType, eps ...discoveryv1.Endpoint) discoveryv1.EndpointSlice {
+		return discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy, endpoints.DefaultNodeLabel: "n1"}},
+			Ports:      []discoveryv1.EndpointPort{{Name: &port}}, AddressType: family, Endpoints: eps,
+		}
 	}
-	st := computeStatus(swh, nil, slices, metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionTrue, Reason: swhv1alpha1.ReasonSynced})
-	if st.Ports[0].TotalEndpoints != 2 || st.Ports[0].ReadyEndpoints != 2 || st.Ports[1].ReadyEndpoints != 1 {
-		t.Errorf("ports %+v: a dual-stack pod must count once", st.Ports)
+	v4, v6 := discoveryv1.AddressTypeIPv4, discoveryv1.AddressTypeIPv6
+	tests := []struct {
+		name           string
+		slices         []discoveryv1.EndpointSlice
+		readyA, readyB int32
+		ready          string
+	}{
+		{"p1 dual-stack ready, p2 not ready on b", []discoveryv1.EndpointSlice{
+			slice("a", v4, ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", true)),
+			slice("a", v6, ep("p1", "fd00::1", true)),
+			slice("b", v4, ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", false)),
+		}, 2, 1, "1/2"},
+		{"p1 not ready in one family of a: not ready on a", []discoveryv1.EndpointSlice{
+			slice("a", v4, ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", true)),
+			slice("a", v6, ep("p1", "fd00::1", false)),
+			slice("b", v4, ep("p1", "10.0.0.1", true), ep("p2", "10.0.0.2", false)),
+		}, 1, 1, "0/2"},
 	}
-	if st.Ready != "1/2" || st.ObservedGeneration != 3 {
-		t.Errorf("ready %q generation %d, want 1/2 and 3", st.Ready, st.ObservedGeneration)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := computeStatus(swh, nil, tt.slices, metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionTrue, Reason: swhv1alpha1.ReasonSynced})
+			if st.Ports[0].TotalEndpoints != 2 || st.Ports[0].ReadyEndpoints != tt.readyA || st.Ports[1].ReadyEndpoints != tt.readyB {
+				t.Errorf("ports %+v: want 2 pods on a (a dual-stack pod counts once), %d ready on a, %d on b", st.Ports, tt.readyA, tt.readyB)
+			}
+			if st.Ready != tt.ready || st.ObservedGeneration != 3 {
+				t.Errorf("ready %q generation %d, want %s and 3", st.Ready, st.ObservedGeneration, tt.ready)
+			}
+		})
 	}
 }

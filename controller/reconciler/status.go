@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
 )
 
 // ReasonServiceDriftReverted is the reason of the event that tells what the
@@ -19,50 +20,27 @@ import (
 // has it. The conditions' reasons are the API's (swhv1alpha1.Reason*).
 const ReasonServiceDriftReverted = "ServiceDriftReverted"
 
-// endpointKey identifies a pod in slices: its UID when the agent set a
-// target reference, else its address.
-func endpointKey(ep *discoveryv1.Endpoint) string {
-	if ep.TargetRef != nil && ep.TargetRef.UID != "" {
-		return string(ep.TargetRef.UID)
-	}
-	if len(ep.Addresses) > 0 {
-		return ep.Addresses[0]
-	}
-	return ""
-}
-
 // portCounts aggregates the agents' slices of one resource: per port name,
-// the pods published and the pods ready. A dual-stack pod appears in two
-// slices of a port and counts once.
+// the pods published and whether each is ready there, as endpoints.Read
+// combines their entries (a dual-stack pod is ready when both families
+// are).
 type portCounts struct {
 	total map[string]map[string]bool // port name -> pod -> ready on that port
 }
 
 func countSlices(slices []discoveryv1.EndpointSlice) portCounts {
 	pc := portCounts{total: map[string]map[string]bool{}}
-	for i := range slices {
-		s := &slices[i]
-		if len(s.Ports) == 0 {
-			continue
-		}
-		port := ""
-		if s.Ports[0].Name != nil {
-			port = *s.Ports[0].Name
-		}
-		pods := pc.total[port]
+	// The default options are valid: no error.
+	published, _ := endpoints.Read(slices, endpoints.Options{})
+	for _, p := range published {
+		pods := pc.total[p.Port]
 		if pods == nil {
 			pods = map[string]bool{}
-			pc.total[port] = pods
+			pc.total[p.Port] = pods
 		}
-		for j := range s.Endpoints {
-			ep := &s.Endpoints[j]
-			key := endpointKey(ep)
-			if key == "" {
-				continue
-			}
-			// Ready on the port when ready in any of its families' slices.
-			pods[key] = pods[key] || ep.Conditions.Ready == nil || *ep.Conditions.Ready
-		}
+		// Published by two nodes (a stale slice): ready when both say so.
+		ready, seen := pods[p.Key]
+		pods[p.Key] = p.Ready && (ready || !seen)
 	}
 	return pc
 }
