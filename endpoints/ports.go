@@ -1,6 +1,8 @@
 package endpoints
 
 import (
+	"strconv"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -71,6 +73,16 @@ func serviceTarget(p *corev1.ServicePort) intstr.IntOrString {
 		return intstr.FromInt32(p.Port)
 	}
 	return p.TargetPort
+}
+
+// PortLabel names a Service port in messages and metric labels: its name,
+// or its number when it has none (a Service's only port may be unnamed; a
+// port name always has a letter, so the two never collide).
+func PortLabel(name string, number int32) string {
+	if name != "" {
+		return name
+	}
+	return strconv.Itoa(int(number))
 }
 
 // PodReady reports whether the pod's Ready condition is True: the verdict of

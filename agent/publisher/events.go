@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -149,8 +148,8 @@ func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.Serv
 		if len(n.ready) > 0 {
 			note := fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.nodeName, portClause(n.ready, ""))
 			logger.Info("endpoint ready", "pod", n.pod.name, "note", note)
-			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, "EndpointReady"), readyAction(n.ready))
-			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointReady", action, "%s", eventNote(note))
+			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointReady), readyAction(n.ready))
+			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointReady, action, "%s", eventNote(note))
 		}
 		if len(n.notReady) == 0 {
 			continue
@@ -158,11 +157,11 @@ func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.Serv
 		note := fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.nodeName, notReadyClauses(n.notReady))
 		logger.Info("endpoint not ready", "pod", n.pod.name, "note", note)
 		if n.warning() {
-			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeWarning, "EndpointNotReady"), notReadyAction(n.notReady))
-			p.recorder.Eventf(swh, related, corev1.EventTypeWarning, "EndpointNotReady", action, "%s", eventNote(note))
+			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonEndpointNotReady), notReadyAction(n.notReady))
+			p.recorder.Eventf(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonEndpointNotReady, action, "%s", eventNote(note))
 		} else {
-			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, "EndpointNotReady"), notReadyAction(n.notReady))
-			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, "EndpointNotReady", action, "%s", eventNote(note))
+			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointNotReady), notReadyAction(n.notReady))
+			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointNotReady, action, "%s", eventNote(note))
 		}
 	}
 }
@@ -174,8 +173,8 @@ func (p *Publisher) reportCollisions(swh *swhv1alpha1.ServiceWithHealthchecks, c
 	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
 	for _, c := range p.book.newCollisions(resource, collisions) {
 		holder := &corev1.ObjectReference{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1", Namespace: swh.Namespace, Name: c.Name}
-		action := p.book.seriesAction(eventKey(swh, holder, corev1.EventTypeWarning, "SliceNameTaken"), "PublishEndpoints")
-		p.recorder.Eventf(swh, holder, corev1.EventTypeWarning, "SliceNameTaken", action, "%s", eventNote(c.String()))
+		action := p.book.seriesAction(eventKey(swh, holder, corev1.EventTypeWarning, swhv1alpha1.EventReasonSliceNameTaken), "PublishEndpoints")
+		p.recorder.Eventf(swh, holder, corev1.EventTypeWarning, swhv1alpha1.EventReasonSliceNameTaken, action, "%s", eventNote(c.String()))
 	}
 }
 
@@ -295,19 +294,8 @@ func readiness(list []discoveryv1.EndpointSlice) map[podPort]publishedPort {
 	return out
 }
 
-// maxNoteBytes is the API server's limit on an events.k8s.io note; a longer
-// one is refused and the event lost.
-const maxNoteBytes = 1024
-
-// eventNote cuts a note to maxNoteBytes on a rune boundary, marking the cut.
+// eventNote cuts a note to what the API server accepts (a longer one is
+// refused and the event lost), on a rune boundary, marking the cut.
 func eventNote(note string) string {
-	if len(note) <= maxNoteBytes {
-		return note
-	}
-	const mark = "…"
-	cut := maxNoteBytes - len(mark)
-	for cut > 0 && !utf8.RuneStart(note[cut]) {
-		cut--
-	}
-	return note[:cut] + mark
+	return swhv1alpha1.TruncateMessage(note, swhv1alpha1.MaxEventNoteBytes)
 }

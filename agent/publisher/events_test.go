@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/endpoints"
 	"github.com/swh-dev/swh/probes"
 )
@@ -130,14 +131,14 @@ func TestEventNoteFitsTheAPILimit(t *testing.T) {
 		cut  bool
 	}{
 		{"short notes stay as they are", "pod p on node n is ready on port \"web\"", false},
-		{"exactly the limit", strings.Repeat("x", maxNoteBytes), false},
+		{"exactly the limit", strings.Repeat("x", swhv1alpha1.MaxEventNoteBytes), false},
 		{"twelve ports with their own reasons", long, true},
-		{"multi-byte runes at the limit", strings.Repeat("é", maxNoteBytes), true},
+		{"multi-byte runes at the limit", strings.Repeat("é", swhv1alpha1.MaxEventNoteBytes), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := eventNote(tt.note)
-			if len(got) > maxNoteBytes || !utf8.ValidString(got) {
+			if len(got) > swhv1alpha1.MaxEventNoteBytes || !utf8.ValidString(got) {
 				t.Fatalf("%d bytes, valid UTF-8 %t", len(got), utf8.ValidString(got))
 			}
 			if cut := got != tt.note; cut != tt.cut {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -77,14 +76,6 @@ func containersReady(pod *corev1.Pod) bool {
 	return c != nil && c.Status == corev1.ConditionTrue
 }
 
-// portLabel names a port in messages: its name, or its number when unnamed.
-func portLabel(port corev1.ServicePort) string {
-	if port.Name != "" {
-		return port.Name
-	}
-	return strconv.Itoa(int(port.Port))
-}
-
 // gateFailing returns the ports (labels, in the order of spec.ports) on
 // which the pod does not pass; none means the gate passes.
 func gateFailing(gates []endpoints.PortGate, ports []corev1.ServicePort, passing endpoints.ProbeSet, ready bool) []string {
@@ -92,9 +83,9 @@ func gateFailing(gates []endpoints.PortGate, ports []corev1.ServicePort, passing
 	for i, gate := range gates {
 		switch {
 		case gate.Port == 0:
-			unresolved = append(unresolved, portLabel(ports[i]))
+			unresolved = append(unresolved, endpoints.PortLabel(ports[i].Name, ports[i].Port))
 		case !gate.Verdict(passing, ready).Passing:
-			failing = append(failing, portLabel(ports[i]))
+			failing = append(failing, endpoints.PortLabel(ports[i].Name, ports[i].Port))
 		}
 	}
 	if len(unresolved) == len(gates) {

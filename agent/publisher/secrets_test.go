@@ -486,7 +486,7 @@ func TestTLSConflictNote(t *testing.T) {
 		note := tlsConflictNote("db-write", 2, pg, secret, "verify-ca")
 		prefix := fmt.Sprintf(`probe 2 (PostgreSQL on 5432) sets tlsMode %q and Secret shop/db-credentials holds tlsMode "verify-ca": the probe uses the spec's %q`, tt.spec, tt.spec)
 		const patch = `kubectl patch swh db-write -n shop --type=json -p '[{"op":"remove","path":"/spec/healthcheck/probes/2/postgreSQL/tlsMode"}]'`
-		if !strings.HasPrefix(note, prefix) || strings.HasSuffix(note, patch) != tt.hint || len(note) > maxNoteBytes {
+		if !strings.HasPrefix(note, prefix) || strings.HasSuffix(note, patch) != tt.hint || len(note) > swhv1alpha1.MaxEventNoteBytes {
 			t.Errorf("spec %s: note %q; want it to start %q and end with the patch: %v", tt.spec, note, prefix, tt.hint)
 		}
 	}

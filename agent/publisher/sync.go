@@ -169,8 +169,8 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 			FieldPath: fmt.Sprintf("spec.healthcheck.probes[%d]", r.Key.Probe),
 		}
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Key.Resource.Namespace, Name: o.pod, UID: r.Key.Pod}
-		action := p.book.seriesAction(eventKey(regarding, related, corev1.EventTypeWarning, "ProbeMisconfigured"), "Probe:"+string(r.Result.Reason))
-		p.recorder.Eventf(regarding, related, corev1.EventTypeWarning, "ProbeMisconfigured", action, "%s",
+		action := p.book.seriesAction(eventKey(regarding, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonProbeMisconfigured), "Probe:"+string(r.Result.Reason))
+		p.recorder.Eventf(regarding, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonProbeMisconfigured, action, "%s",
 			eventNote(fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.nodeName, r.Result.Message)))
 	}
 	switch {

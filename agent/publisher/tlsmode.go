@@ -97,7 +97,7 @@ func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.Ser
 		c := found[i]
 		log.FromContext(ctx).Info("tlsMode conflict: the spec's is used", "probe", i, "note", current[i])
 		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: c.secret.Namespace, Name: c.secret.Name}
-		p.recorder.Eventf(swh, related, corev1.EventTypeWarning, "TLSModeConflict", c.action, "%s", eventNote(current[i]))
+		p.recorder.Eventf(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonTLSModeConflict, c.action, "%s", eventNote(current[i]))
 	}
 }
 

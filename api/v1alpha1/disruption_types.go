@@ -150,25 +150,3 @@ func ReadinessGateResource(conditionType string) (string, bool) {
 	name, ok := strings.CutPrefix(conditionType, ReadinessGatePrefix)
 	return name, ok && name != ""
 }
-
-// Reasons of the readiness gate pod condition.
-const (
-	// ReasonProbesPassed (True): the pod passes the probes of every port.
-	ReasonProbesPassed = "ProbesPassed"
-	// ReasonProbesPassedOnce (True, mode Once): the pod passed them once;
-	// later failures act on their ports only.
-	ReasonProbesPassedOnce = "ProbesPassedOnce"
-	// ReasonProbesNotPassed (False): some port's probes do not pass yet
-	// (the message names the ports).
-	ReasonProbesNotPassed = "ProbesNotPassed"
-)
-
-// Reasons of the events the eviction guard records on a resource.
-const (
-	// ReasonEvictionAllowed (Normal): an eviction took one of the budget's
-	// disruptions.
-	ReasonEvictionAllowed = "EvictionAllowed"
-	// ReasonEvictionDenied (Warning): an eviction would have broken the
-	// budget; the caller was told to retry (HTTP 429).
-	ReasonEvictionDenied = "EvictionDenied"
-)

@@ -36,26 +36,6 @@ const MaxReasonMessageBytes = 256
 // slice's conditions, not why).
 const MaxEndpointReasonsBytes = 128 << 10
 
-// Reasons of EndpointReason that are not probe failure reasons (those are
-// the probes module's, e.g. "refused", "timeout", "status").
-const (
-	// ReasonPending: the probe has no verdict yet (a new pod, or an agent
-	// that just started).
-	ReasonPending = "pending"
-	// ReasonRecovering: the probe passes again, not yet successThreshold
-	// times.
-	ReasonRecovering = "recovering"
-	// ReasonPodNotReady: no probe gates the port and the pod is not Ready.
-	ReasonPodNotReady = "pod-not-ready"
-	// ReasonTerminating: the pod is being deleted; it serves while it
-	// passes.
-	ReasonTerminating = "terminating"
-	// ReasonNoTargetPort: the port's targetPort names no port of the pod.
-	ReasonNoTargetPort = "no-target-port"
-	// ReasonNodeNotReady: the node is not Ready, so nothing on it passes.
-	ReasonNodeNotReady = "node-not-ready"
-)
-
 // EndpointReasons maps pod names to why each is not ready on a slice's port.
 // +kubebuilder:object:generate=false
 type EndpointReasons map[string]EndpointReason
@@ -92,6 +72,11 @@ func (r EndpointReason) SameReason(o EndpointReason) bool {
 func TruncateReasonMessage(message string) string {
 	return TruncateMessage(message, MaxReasonMessageBytes)
 }
+
+// MaxEventNoteBytes is the API server's limit on the note of an
+// events.k8s.io Event: a longer one is refused and the event lost. The
+// controller and the agent cut their notes with TruncateMessage to it.
+const MaxEventNoteBytes = 1024
 
 // TruncateMessage cuts message to limit bytes (at least 4), on a UTF-8
 // boundary, marking the cut with "…".

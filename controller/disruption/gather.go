@@ -99,7 +99,7 @@ func (s *Sources) liveness(ctx context.Context) (*nodeLiveness, error) {
 	}
 	for i := range agents.Items {
 		p := &agents.Items[i]
-		if p.Spec.ServiceAccountName == s.Agent.Name && p.DeletionTimestamp == nil && podReady(p) {
+		if p.Spec.ServiceAccountName == s.Agent.Name && p.DeletionTimestamp == nil && endpoints.PodReady(p) {
 			l.agentReady[p.Spec.NodeName] = true
 		}
 	}
@@ -125,13 +125,4 @@ func (l *nodeLiveness) NodeProblem(name string) string {
 		return "no live agent on node " + name
 	}
 	return ""
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

@@ -120,7 +120,7 @@ func Read(ctx context.Context, c client.Reader, ns, name string, agents AgentLoc
 
 func agentRank(p *corev1.Pod) int {
 	rank := 0
-	if podReady(p) {
+	if endpoints.PodReady(p) {
 		rank += 2
 	}
 	if p.DeletionTimestamp == nil {
@@ -137,7 +137,7 @@ func (s *Snapshot) agentState(node string) string {
 		return agentUnknown
 	case a == nil:
 		return agentAbsent
-	case podReady(a):
+	case endpoints.PodReady(a):
 		return agentReady
 	}
 	return agentNotReady
@@ -149,12 +149,3 @@ const (
 	agentAbsent   = "absent"
 	agentUnknown  = "unknown"
 )
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}

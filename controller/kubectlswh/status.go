@@ -271,7 +271,7 @@ func (s *Snapshot) nodeStatus(name string) NodeStatus {
 		}
 	}
 	if a := s.Agents[name]; a != nil {
-		ns.Agent, ns.AgentReady = a.Name, podReady(a)
+		ns.Agent, ns.AgentReady = a.Name, endpoints.PodReady(a)
 	}
 	switch {
 	case s.AgentsError != nil:
@@ -321,12 +321,8 @@ func podHasPort(pod *corev1.Pod, name string) bool {
 	return false
 }
 
-func portLabel(name string, number int32) string {
-	if name == "" {
-		return fmt.Sprintf("port %d", number)
-	}
-	return "port " + name
-}
+// portLabel names a port in the report: "port web", "port 80".
+func portLabel(name string, number int32) string { return "port " + endpoints.PortLabel(name, number) }
 
 // age renders how long ago t was, like kubectl's AGE column.
 func age(t *metav1.Time, now time.Time) string {

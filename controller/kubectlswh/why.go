@@ -60,7 +60,7 @@ func Why(s *Snapshot, pod *corev1.Pod, now time.Time) []string {
 	default:
 		say("the agent of node %s (pod %s) is not ready: the endpoints below are what it last published, frozen until it is back", node.Name, node.Agent)
 	}
-	say("the pod's Ready condition is %v", podReady(pod))
+	say("the pod's Ready condition is %v", endpoints.PodReady(pod))
 	if pod.DeletionTimestamp != nil {
 		say("the pod is terminating: it keeps serving while it passes (endpoints terminating, not ready), for clients that already use it")
 	}
@@ -99,7 +99,7 @@ func Why(s *Snapshot, pod *corev1.Pod, now time.Time) []string {
 			resolved = fmt.Sprintf(" (named targetPort %q is %d on this pod)", port.TargetPort.StrVal, gate.Port)
 		}
 		if gate.Probes.Empty() {
-			say("%s → pod port %d%s: no probe gates it, so it follows the pod's Ready condition (%v)", label, gate.Port, resolved, podReady(pod))
+			say("%s → pod port %d%s: no probe gates it, so it follows the pod's Ready condition (%v)", label, gate.Port, resolved, endpoints.PodReady(pod))
 		} else {
 			var gating []string
 			for p := range gate.Probes.All() {

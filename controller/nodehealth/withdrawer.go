@@ -27,10 +27,6 @@ import (
 	"github.com/swh-dev/swh/endpoints"
 )
 
-// ReasonNodeNotReady is the reason of the event on a resource whose
-// endpoints on a node were withdrawn because the node is not Ready.
-const ReasonNodeNotReady = "NodeNotReady"
-
 // Withdrawer is a controller-runtime reconciler of Node names: while a node
 // is not Ready, it keeps every endpoint of the agents' slices of that node
 // withdrawn.
@@ -202,7 +198,7 @@ func (w *Withdrawer) report(ctx context.Context, node *corev1.Node, since time.T
 		if err := w.Client.Get(ctx, resource, swh); err != nil {
 			continue // gone: nothing to tell
 		}
-		w.Recorder.Eventf(swh, related, corev1.EventTypeWarning, ReasonNodeNotReady, "WithdrawEndpoints",
+		w.Recorder.Eventf(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonNodeNotReady, "WithdrawEndpoints",
 			"node %s is %s since %s: %d endpoints on it withdrawn until it is Ready and its agent publishes",
 			node.Name, status, since.UTC().Format(time.RFC3339), n)
 	}

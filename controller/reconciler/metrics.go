@@ -3,13 +3,13 @@ package reconciler
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
 )
 
 // Metrics counts what the reconciler writes, and exports each resource's
@@ -97,7 +97,7 @@ func (m *Metrics) setEndpoints(key types.NamespacedName, ports []swhv1alpha1.Por
 	defer m.mu.Unlock()
 	names := make([]string, 0, len(ports))
 	for _, p := range ports {
-		port := portLabel(p)
+		port := endpoints.PortLabel(p.Name, p.Port)
 		names = append(names, port)
 		m.endpoints.WithLabelValues(key.Namespace, key.Name, port, "ready").Set(float64(p.ReadyEndpoints))
 		m.endpoints.WithLabelValues(key.Namespace, key.Name, port, "total").Set(float64(p.TotalEndpoints))
@@ -120,14 +120,4 @@ func (m *Metrics) forgetEndpoints(key types.NamespacedName) {
 	defer m.mu.Unlock()
 	m.endpoints.DeletePartialMatch(prometheus.Labels{"namespace": key.Namespace, "name": key.Name})
 	delete(m.ports, key)
-}
-
-// portLabel names a port by its name, or by its number when it has none (a
-// resource's only port may be unnamed; a name always has a letter, so the
-// two never collide).
-func portLabel(p swhv1alpha1.PortStatus) string {
-	if p.Name != "" {
-		return p.Name
-	}
-	return strconv.Itoa(int(p.Port))
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,11 +18,9 @@ import (
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
 
-// The API server's limits on an event's note and action.
-const (
-	maxNoteBytes   = 1024
-	maxActionBytes = 128
-)
+// maxActionBytes is the API server's limit on an event's action (its note's
+// is swhv1alpha1.MaxEventNoteBytes).
+const maxActionBytes = 128
 
 // onlySelector limits putBack to a selector.
 func onlySelector(field string) bool { return field == "selector" }
@@ -169,7 +166,7 @@ func (r *Reconciler) revertDrift(ctx context.Context, svc *corev1.Service, d dri
 func (r *Reconciler) reportRevert(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, d drift) {
 	r.Metrics.reverted(d.fields())
 	log.FromContext(ctx).Info("put back what someone else changed on the child Service", "changes", d.String())
-	r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, ReasonServiceDriftReverted, cut("RevertService:"+strings.Join(d.fields(), ","), maxActionBytes),
+	r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, swhv1alpha1.EventReasonServiceDriftReverted, swhv1alpha1.TruncateMessage("RevertService:"+strings.Join(d.fields(), ","), maxActionBytes),
 		"%s", eventNote("put back the child Service, changed by someone else: "+d.String()))
 }
 
@@ -183,16 +180,6 @@ func writeResult(err error) string {
 
 // eventNote cuts a note to what the API server accepts (a longer one is
 // refused and the event lost).
-func eventNote(note string) string { return cut(note, maxNoteBytes) }
-
-func cut(s string, limit int) string {
-	if len(s) <= limit {
-		return s
-	}
-	const mark = "…"
-	n := limit - len(mark)
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + mark
+func eventNote(note string) string {
+	return swhv1alpha1.TruncateMessage(note, swhv1alpha1.MaxEventNoteBytes)
 }

@@ -15,11 +15,6 @@ import (
 	"github.com/swh-dev/swh/endpoints"
 )
 
-// ReasonServiceDriftReverted is the reason of the event that tells what the
-// controller put back on a child Service someone else changed; no condition
-// has it. The conditions' reasons are the API's (swhv1alpha1.Reason*).
-const ReasonServiceDriftReverted = "ServiceDriftReverted"
-
 // portCounts aggregates the agents' slices of one resource: per port name,
 // the pods published and whether each is ready there, as endpoints.Read
 // combines their entries (a dual-stack pod is ready when both families

@@ -19,7 +19,6 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/app"
-	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -159,7 +158,7 @@ func TestForeignSelectorIsRemoved(t *testing.T) {
 	if err := controlPlane.Client.Get(ctx, client.ObjectKeyFromObject(ours), &discoveryv1.EndpointSlice{}); err != nil {
 		t.Errorf("the agent's slice went too: %v", err)
 	}
-	note, err := eventNote(ctx, ns, "web", reconciler.ReasonServiceDriftReverted)
+	note, err := eventNote(ctx, ns, "web", swhv1alpha1.EventReasonServiceDriftReverted)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +246,7 @@ func TestServiceDriftIsPutBack(t *testing.T) {
 				if err := tt.check(&svc.Spec); err != nil {
 					return err
 				}
-				note, err := eventNote(ctx, ns, name, reconciler.ReasonServiceDriftReverted)
+				note, err := eventNote(ctx, ns, name, swhv1alpha1.EventReasonServiceDriftReverted)
 				if err != nil {
 					return err
 				}

@@ -16,7 +16,6 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/app"
-	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -130,7 +129,7 @@ func TestRefusedEditKeepsEveryLivePort(t *testing.T) {
 	if now := c.counter(t, "swh_controller_service_reverts_total", nil); now != reverts {
 		t.Errorf("swh_controller_service_reverts_total grew by %v: the spec's own edit counted as someone else's", now-reverts)
 	}
-	noEvent(t, ctx, ns, "shop", reconciler.ReasonServiceDriftReverted)
+	noEvent(t, ctx, ns, "shop", swhv1alpha1.EventReasonServiceDriftReverted)
 }
 
 // TestSpecEditIsNotDrift: fields the spec stops setting go with the apply,
@@ -197,7 +196,7 @@ func TestSpecEditIsNotDrift(t *testing.T) {
 			if now := c.counter(t, "swh_controller_service_reverts_total", nil); now != reverts {
 				t.Errorf("swh_controller_service_reverts_total grew by %v after a spec edit", now-reverts)
 			}
-			noEvent(t, ctx, ns, name, reconciler.ReasonServiceDriftReverted)
+			noEvent(t, ctx, ns, name, swhv1alpha1.EventReasonServiceDriftReverted)
 		})
 	}
 }

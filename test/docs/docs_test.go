@@ -146,47 +146,40 @@ func TestProbeReasonsDocumented(t *testing.T) {
 }
 
 // TestEventAndConditionReasonsDocumented: every event reason the binaries
-// emit and every condition reason the controller sets is in operations.md or
-// concepts.md.
+// emit and every condition reason they set is in operations.md,
+// concepts.md or disruptions.md. Both are constants of the api module's reasons.go, one
+// vocabulary: an event recorded with a literal reason fails here.
 func TestEventAndConditionReasonsDocumented(t *testing.T) {
-	docs := read(t, "docs/operations.md") + read(t, "docs/concepts.md")
-	events := matchesIn(regexp.MustCompile(`Eventf\([^,]+,\s*[^,]+,\s*corev1\.EventType[A-Za-z]+,\s*"([A-Za-z]+)"`),
-		goSources(t, "agent", "controller"), 1)
-	if len(events) < 4 {
-		t.Fatalf("found only %d literal event reasons: %v", len(events), sorted(events))
+	docs := read(t, "docs/operations.md") + read(t, "docs/concepts.md") + read(t, "docs/disruptions.md")
+	var binaries strings.Builder
+	for _, src := range goSources(t, "agent", "controller") {
+		binaries.WriteString(src)
 	}
-	for _, r := range sorted(events) {
-		if !strings.Contains(docs, "`"+r+"`") {
-			t.Errorf("the event reason %s is not documented", r)
-		}
+	literal := regexp.MustCompile(`Eventf\([^,]+,\s*[^,]+,\s*corev1\.EventType[A-Za-z]+,\s*"([A-Za-z]+)"`)
+	for _, m := range literal.FindAllStringSubmatch(binaries.String(), -1) {
+		t.Errorf("an event recorded with the literal reason %q: declare it in api/v1alpha1/reasons.go", m[1])
 	}
-	// Condition reasons (also the controller's event reasons): the constants
-	// of the api module's conditions.go that the controller uses, and those
-	// the reconciler declares and uses itself.
-	var controller strings.Builder
-	for _, src := range goSources(t, "controller") {
-		controller.WriteString(src)
-	}
-	declared := read(t, "api/v1alpha1/conditions.go") + controller.String()
-	constRE := regexp.MustCompile(`(?m)^\s*(Reason[A-Za-z]+)\s*=\s*"([A-Za-z]+)"`)
-	n := 0
-	seen := map[string]bool{}
+	// The reasons the binaries use (named other than where declared), of
+	// the events and of the conditions (which are also the controller's
+	// event reasons when a condition changes).
+	declared := read(t, "api/v1alpha1/reasons.go")
+	constRE := regexp.MustCompile(`(?m)^\s*((?:Event)?Reason[A-Za-z]+)\s*=\s*"([A-Za-z]+)"`)
+	events, conditions := 0, 0
 	for _, m := range constRE.FindAllStringSubmatch(declared, -1) {
-		if seen[m[1]] {
-			continue
+		if !regexp.MustCompile(`\b` + m[1] + `\b`).MatchString(binaries.String()) {
+			continue // declared, never used by a binary
 		}
-		seen[m[1]] = true
-		// Used: named other than where it is declared.
-		if strings.Count(controller.String(), m[1]) < 1 || strings.Count(declared, m[1]) < 2 {
-			continue // declared, never used
+		if strings.HasPrefix(m[1], "Event") {
+			events++
+		} else {
+			conditions++
 		}
-		n++
 		if !strings.Contains(docs, "`"+m[2]+"`") {
-			t.Errorf("the condition reason %s (%s) is not documented", m[2], m[1])
+			t.Errorf("the reason %s (%s) is not documented", m[2], m[1])
 		}
 	}
-	if n < 6 {
-		t.Errorf("found only %d condition reasons in use", n)
+	if events < 7 || conditions < 6 {
+		t.Errorf("found only %d event and %d condition reasons in use", events, conditions)
 	}
 }
 
