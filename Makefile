@@ -100,6 +100,20 @@ bench-agent: tools build ## Agent reaction time, slice writes per change, footpr
 test: ## Run every test: unit tests, then the integration suites in a private network namespace.
 	@hack/test.sh
 
+# The fast loop: unit tests only (no control plane, no namespace), then one
+# integration suite at a time, e.g. make integration SUITES=./controller/ RUN=TestAdopt.
+SUITES ?= $(shell cd test && go list ./... | grep -v -e "/test/e2e$$" -e "/test/release$$" -e "/test/realnode$$")
+RUN ?= .
+
+.PHONY: unit
+unit: ## Unit tests of every released module: no control plane, no network namespace (a minute warm).
+	@for m in $(shell $(ROOT)/hack/modules.sh list libraries binaries); do (cd $$m && go test -count=1 ./...); done
+
+.PHONY: integration
+integration: ## Integration suites (real kube-apiserver, etcd, PostgreSQL) in a private network namespace; SUITES=./controller/ RUN=TestX to narrow.
+	@hack/build-tools.sh kube-apiserver etcd controller-gen helm kube-controller-manager
+	@hack/netns.sh env GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m -run "$(RUN)" $(SUITES)'
+
 .PHONY: test-fresh
 test-fresh: ## Run `make test` as a fresh machine would: a clean clone of HEAD, empty Go caches, no bin/; prints each step's time.
 	@hack/fresh-check.sh make test
