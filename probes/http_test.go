@@ -266,7 +266,7 @@ func TestHTTPRequest(t *testing.T) {
 func TestHTTPS(t *testing.T) {
 	good := newCA(t, "good CA")
 	other := newCA(t, "other CA")
-	cert, _, _ := good.issue(t, "app.example.test", "127.0.0.1", "::1")
+	cert, _, _ := good.Issue(t, "app.example.test", "127.0.0.1", "::1")
 	for _, lb := range loopbacks {
 		t.Run(lb.name, func(t *testing.T) {
 			srv := newTestServer(t, lb.network, lb.host, &cert)
@@ -276,12 +276,12 @@ func TestHTTPS(t *testing.T) {
 				want    Reason
 				wantSNI string
 			}{
-				{"CA and Host", HTTPConfig{CACert: good.pem, Host: "app.example.test"}, ReasonOK, "app.example.test"},
-				{"CA and Host with port", HTTPConfig{CACert: good.pem, Host: "app.example.test:443"}, ReasonOK, "app.example.test"},
-				{"CA and the IP", HTTPConfig{CACert: good.pem}, ReasonOK, ""},
-				{"wrong CA", HTTPConfig{CACert: other.pem, Host: "app.example.test"}, ReasonTLS, "app.example.test"},
+				{"CA and Host", HTTPConfig{CACert: good.PEM, Host: "app.example.test"}, ReasonOK, "app.example.test"},
+				{"CA and Host with port", HTTPConfig{CACert: good.PEM, Host: "app.example.test:443"}, ReasonOK, "app.example.test"},
+				{"CA and the IP", HTTPConfig{CACert: good.PEM}, ReasonOK, ""},
+				{"wrong CA", HTTPConfig{CACert: other.PEM, Host: "app.example.test"}, ReasonTLS, "app.example.test"},
 				{"system roots", HTTPConfig{Host: "app.example.test"}, ReasonTLS, "app.example.test"},
-				{"name not in the certificate", HTTPConfig{CACert: good.pem, Host: "other.example.test"}, ReasonTLS, "other.example.test"},
+				{"name not in the certificate", HTTPConfig{CACert: good.PEM, Host: "other.example.test"}, ReasonTLS, "other.example.test"},
 				{"insecure", HTTPConfig{InsecureSkipVerify: true, Host: "other.example.test"}, ReasonOK, "other.example.test"},
 			} {
 				tc.cfg.Scheme = "HTTPS"
@@ -306,7 +306,7 @@ func TestHTTPS(t *testing.T) {
 
 	// HTTPS to a plain HTTP port.
 	plain := newTestServer(t, "tcp4", "127.0.0.1", nil)
-	res := newHTTP(t, HTTPConfig{Scheme: "https", CACert: good.pem}).Probe(ctxTimeout(t, 5*time.Second), plain.target)
+	res := newHTTP(t, HTTPConfig{Scheme: "https", CACert: good.PEM}).Probe(ctxTimeout(t, 5*time.Second), plain.target)
 	wantReason(t, res, Failure, ReasonTLS)
 }
 
@@ -388,9 +388,9 @@ func TestHTTPConfigErrors(t *testing.T) {
 		{"path with a newline", HTTPConfig{Path: "/a\nb"}},
 		{"status codes", HTTPConfig{ExpectedStatusCodes: []string{"2xx"}}},
 		{"empty status code", HTTPConfig{ExpectedStatusCodes: []string{""}}},
-		{"CA over http", HTTPConfig{CACert: ca.pem}},
+		{"CA over http", HTTPConfig{CACert: ca.PEM}},
 		{"insecure over http", HTTPConfig{InsecureSkipVerify: true}},
-		{"CA and insecure", HTTPConfig{Scheme: "https", CACert: ca.pem, InsecureSkipVerify: true}},
+		{"CA and insecure", HTTPConfig{Scheme: "https", CACert: ca.PEM, InsecureSkipVerify: true}},
 		{"CA garbage", HTTPConfig{Scheme: "https", CACert: []byte("not PEM")}},
 		{"header name", HTTPConfig{Headers: []Header{{Name: "Bad Name", Value: "x"}}}},
 		{"empty header name", HTTPConfig{Headers: []Header{{Name: "", Value: "x"}}}},

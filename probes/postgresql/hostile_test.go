@@ -199,7 +199,7 @@ func TestPostgreSQLLongServerError(t *testing.T) {
 // answered everywhere.
 func TestPostgreSQLCleartextPassword(t *testing.T) {
 	serverCA := newCA(t, "server CA")
-	serverCert, _, _ := serverCA.issue(t, "db.example.test", "127.0.0.1")
+	serverCert, _, _ := serverCA.Issue(t, "db.example.test", "127.0.0.1")
 	serverTLS := &tls.Config{Certificates: []tls.Certificate{serverCert}}
 	for _, tc := range []struct {
 		name string
@@ -212,9 +212,9 @@ func TestPostgreSQLCleartextPassword(t *testing.T) {
 		{"disable, allowed", false, false, Config{SSLMode: SSLDisable, AllowCleartextPassword: true}, probes.ReasonOK},
 		{"disable, MD5", false, true, Config{SSLMode: SSLDisable}, probes.ReasonOK},
 		{"require without CA", true, false, Config{SSLMode: SSLRequire}, probes.ReasonAuth},
-		{"require with CA", true, false, Config{SSLMode: SSLRequire, CACert: serverCA.pem}, probes.ReasonOK},
-		{"verify-ca", true, false, Config{SSLMode: SSLVerifyCA, CACert: serverCA.pem}, probes.ReasonOK},
-		{"verify-full", true, false, Config{SSLMode: SSLVerifyFull, CACert: serverCA.pem}, probes.ReasonOK},
+		{"require with CA", true, false, Config{SSLMode: SSLRequire, CACert: serverCA.PEM}, probes.ReasonOK},
+		{"verify-ca", true, false, Config{SSLMode: SSLVerifyCA, CACert: serverCA.PEM}, probes.ReasonOK},
+		{"verify-full", true, false, Config{SSLMode: SSLVerifyFull, CACert: serverCA.PEM}, probes.ReasonOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			backend := &pgBackend{password: "s3cret", md5: tc.md5, column: &pgColumn{16, text("t")}}

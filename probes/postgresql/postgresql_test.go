@@ -34,7 +34,7 @@ func newPG(t *testing.T, cfg Config) *Prober {
 
 func TestPostgreSQLConfigErrors(t *testing.T) {
 	ca := newCA(t, "ca")
-	_, certPEM, keyPEM := ca.issue(t, "client")
+	_, certPEM, keyPEM := ca.Issue(t, "client")
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -46,7 +46,7 @@ func TestPostgreSQLConfigErrors(t *testing.T) {
 		{"CA garbage", Config{User: "u", SSLMode: SSLVerifyFull, CACert: []byte("garbage")}},
 		{"certificate without key", Config{User: "u", SSLMode: SSLRequire, ClientCert: certPEM}},
 		{"key without certificate", Config{User: "u", SSLMode: SSLRequire, ClientKey: keyPEM}},
-		{"key of another certificate", Config{User: "u", SSLMode: SSLRequire, ClientCert: certPEM, ClientKey: func() []byte { _, _, k := ca.issue(t, "x"); return k }()}},
+		{"key of another certificate", Config{User: "u", SSLMode: SSLRequire, ClientCert: certPEM, ClientKey: func() []byte { _, _, k := ca.Issue(t, "x"); return k }()}},
 		{"NUL in the password", Config{User: "u", SSLMode: SSLDisable, Password: "a\x00b"}},
 		{"NUL in the query", Config{User: "u", SSLMode: SSLDisable, Query: "SELECT 1\x00"}},
 	} {
@@ -294,10 +294,10 @@ func TestPostgreSQLTLS(t *testing.T) {
 	serverCA := newCA(t, "server CA")
 	otherCA := newCA(t, "other CA")
 	clientCA := newCA(t, "client CA")
-	serverCert, _, _ := serverCA.issue(t, "db.example.test", "127.0.0.1")
-	_, clientPEM, clientKey := clientCA.issue(t, "prober")
+	serverCert, _, _ := serverCA.Issue(t, "db.example.test", "127.0.0.1")
+	_, clientPEM, clientKey := clientCA.Issue(t, "prober")
 	clientPool := x509.NewCertPool()
-	clientPool.AddCert(clientCA.cert)
+	clientPool.AddCert(clientCA.Cert)
 
 	for _, tc := range []struct {
 		name       string
@@ -307,16 +307,16 @@ func TestPostgreSQLTLS(t *testing.T) {
 		sni        string
 	}{
 		{"require", 0, Config{SSLMode: SSLRequire}, probes.ReasonOK, ""},
-		{"require with the CA", 0, Config{SSLMode: SSLRequire, CACert: serverCA.pem}, probes.ReasonOK, ""},
-		{"require with another CA", 0, Config{SSLMode: SSLRequire, CACert: otherCA.pem}, probes.ReasonTLS, ""},
-		{"verify-ca", 0, Config{SSLMode: SSLVerifyCA, CACert: serverCA.pem, ServerName: "any.example.test"}, probes.ReasonOK, "any.example.test"},
-		{"verify-ca with another CA", 0, Config{SSLMode: SSLVerifyCA, CACert: otherCA.pem}, probes.ReasonTLS, ""},
-		{"verify-full by name", 0, Config{SSLMode: SSLVerifyFull, CACert: serverCA.pem, ServerName: "db.example.test"}, probes.ReasonOK, "db.example.test"},
-		{"verify-full by IP", 0, Config{SSLMode: SSLVerifyFull, CACert: serverCA.pem}, probes.ReasonOK, ""},
-		{"verify-full wrong name", 0, Config{SSLMode: SSLVerifyFull, CACert: serverCA.pem, ServerName: "other.example.test"}, probes.ReasonTLS, "other.example.test"},
+		{"require with the CA", 0, Config{SSLMode: SSLRequire, CACert: serverCA.PEM}, probes.ReasonOK, ""},
+		{"require with another CA", 0, Config{SSLMode: SSLRequire, CACert: otherCA.PEM}, probes.ReasonTLS, ""},
+		{"verify-ca", 0, Config{SSLMode: SSLVerifyCA, CACert: serverCA.PEM, ServerName: "any.example.test"}, probes.ReasonOK, "any.example.test"},
+		{"verify-ca with another CA", 0, Config{SSLMode: SSLVerifyCA, CACert: otherCA.PEM}, probes.ReasonTLS, ""},
+		{"verify-full by name", 0, Config{SSLMode: SSLVerifyFull, CACert: serverCA.PEM, ServerName: "db.example.test"}, probes.ReasonOK, "db.example.test"},
+		{"verify-full by IP", 0, Config{SSLMode: SSLVerifyFull, CACert: serverCA.PEM}, probes.ReasonOK, ""},
+		{"verify-full wrong name", 0, Config{SSLMode: SSLVerifyFull, CACert: serverCA.PEM, ServerName: "other.example.test"}, probes.ReasonTLS, "other.example.test"},
 		{"verify-full system roots", 0, Config{SSLMode: SSLVerifyFull, ServerName: "db.example.test"}, probes.ReasonTLS, "db.example.test"},
-		{"client certificate", tls.RequireAndVerifyClientCert, Config{SSLMode: SSLVerifyFull, CACert: serverCA.pem, ClientCert: clientPEM, ClientKey: clientKey}, probes.ReasonOK, ""},
-		{"client certificate missing", tls.RequireAndVerifyClientCert, Config{SSLMode: SSLVerifyFull, CACert: serverCA.pem}, probes.ReasonTLS, ""},
+		{"client certificate", tls.RequireAndVerifyClientCert, Config{SSLMode: SSLVerifyFull, CACert: serverCA.PEM, ClientCert: clientPEM, ClientKey: clientKey}, probes.ReasonOK, ""},
+		{"client certificate missing", tls.RequireAndVerifyClientCert, Config{SSLMode: SSLVerifyFull, CACert: serverCA.PEM}, probes.ReasonTLS, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			backend := &pgBackend{
