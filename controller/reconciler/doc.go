@@ -1,5 +1,8 @@
-// Package reconciler is the swh controller's one reconciler. For every
-// ServiceWithHealthchecks it
+// Package reconciler is the swh controller's reconciler of
+// ServiceWithHealthchecks, one of four the controller runs (the others:
+// package access grants the agents their namespaces, nodehealth withdraws
+// the endpoints of nodes that are not Ready, and disruption keeps the
+// budgets' status). For every ServiceWithHealthchecks it
 //
 //   - server-side applies a Service of the same name with no selector that
 //     carries the resource's Service spec, writing only when what the
@@ -25,5 +28,6 @@
 //   - writes the status, aggregated from the agents' slices of all nodes,
 //     only when it changes.
 //
-// The agents own the slices of their nodes; this package never writes one.
+// The agents own the slices of their nodes; this package never creates or
+// updates one, and deletes only those no agent will update any more.
 package reconciler
