@@ -38,10 +38,15 @@ func TestPodsRunOnEveryNode(t *testing.T) {
 		if _, err := fmt.Sscanf(p.Spec.NodeName, "node-%d", &index); err != nil || !strings.HasPrefix(p.Status.PodIP, fmt.Sprintf("10.246.%d.", index)) {
 			t.Errorf("%s on %s has the address %s, not one of its node's range", p.Name, p.Spec.NodeName, p.Status.PodIP)
 		}
-		resp, err := get.Get(fmt.Sprintf("http://%s:8080/", p.Status.PodIP))
-		if err != nil {
-			t.Fatalf("GET from %s (%s on %s): %v", p.Name, p.Status.PodIP, p.Spec.NodeName, err)
-		}
+		// Ready says the container started (the workload has no
+		// readiness probe), not that its server listens yet: a refused
+		// connection right after is no failure, one 20 s later is.
+		var resp *http.Response
+		harness.Eventually(t, 20*time.Second, fmt.Sprintf("%s (%s on %s) answering", p.Name, p.Status.PodIP, p.Spec.NodeName), func() error {
+			var err error
+			resp, err = get.Get(fmt.Sprintf("http://%s:8080/", p.Status.PodIP))
+			return err
+		})
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != p.Name {
