@@ -112,6 +112,7 @@ unit: ## Unit tests of every released module: no control plane, no network names
 .PHONY: integration
 integration: ## Integration suites (real kube-apiserver, etcd, PostgreSQL) in a private network namespace; SUITES=./controller/ RUN=TestX to narrow.
 	@hack/build-tools.sh kube-apiserver etcd controller-gen helm kube-controller-manager
+	@cd test && go mod download # the namespace has no registry
 	@hack/netns.sh env GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m -run "$(RUN)" $(SUITES)'
 
 .PHONY: test-fresh

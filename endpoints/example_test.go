@@ -153,9 +153,8 @@ func ExampleBuild() {
 }
 
 // ExampleRead reads back what an agent's slices publish, pod by pod and
-// port by port, with the rules every reader shares: a pod published in two
-// address families is ready only when both entries are, and a slice speaks
-// only for the node it is labelled for.
+// port by port: the readers of a status, a budget or a CLI get the same
+// answer from the same slices.
 func ExampleRead() {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "mail", Namespace: "shop", UID: "svc-uid"},

@@ -1,7 +1,8 @@
 package endpoints
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -48,15 +49,15 @@ func (p Published) Available() bool { return p.Serving && !p.Terminating }
 // node's slices, not to the pods it names), and an entry without a
 // nodeName speaks for no node. Read returns an error wrapping ErrInvalid
 // when opts is invalid.
-func Read(slices []discoveryv1.EndpointSlice, opts Options) ([]Published, error) {
+func Read(list []discoveryv1.EndpointSlice, opts Options) ([]Published, error) {
 	opts, err := opts.complete()
 	if err != nil {
 		return nil, err
 	}
 	type key struct{ port, pod, node string }
 	byKey := map[key]*Published{}
-	for i := range slices {
-		s := &slices[i]
+	for i := range list {
+		s := &list[i]
 		if !managedBy(s, opts) {
 			continue
 		}
@@ -90,18 +91,14 @@ func Read(slices []discoveryv1.EndpointSlice, opts Options) ([]Published, error)
 	}
 	out := make([]Published, 0, len(byKey))
 	for _, p := range byKey {
-		sort.Strings(p.Addresses)
+		// The same entry in two slices (a split or a stale copy) is one
+		// address.
+		slices.Sort(p.Addresses)
+		p.Addresses = slices.Compact(p.Addresses)
 		out = append(out, *p)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Port != b.Port {
-			return a.Port < b.Port
-		}
-		if a.Key != b.Key {
-			return a.Key < b.Key
-		}
-		return a.Node < b.Node
+	slices.SortFunc(out, func(a, b Published) int {
+		return cmp.Or(cmp.Compare(a.Port, b.Port), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Node, b.Node))
 	})
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -104,6 +105,23 @@ func TestRead(t *testing.T) {
 		{"no target reference: keyed by address", []discoveryv1.EndpointSlice{
 			readSlice("http", "n1", v4, readEntry("", "n1", "10.0.0.9", yes, yes, no)),
 		}, []string{"http 10.0.0.9@n1 ready,serving x1"}},
+		{"an empty nodeName speaks for no node", []discoveryv1.EndpointSlice{
+			readSlice("http", "n1", v4, readEntry("a", "", "10.0.0.1", yes, yes, no)),
+		}, []string{}},
+		{"a node name longer than a label: its hashed label matches", []discoveryv1.EndpointSlice{
+			readSlice("http", strings.Repeat("n", 70), v4, readEntry("a", strings.Repeat("n", 70), "10.0.0.1", yes, yes, no)),
+		}, []string{"http uid-a@" + strings.Repeat("n", 70) + " ready,serving x1"}},
+		{"a target reference without a UID: keyed by name", []discoveryv1.EndpointSlice{
+			readSlice("http", "n1", v4, func() discoveryv1.Endpoint {
+				ep := readEntry("a", "n1", "10.0.0.1", yes, yes, no)
+				ep.TargetRef.UID = ""
+				return ep
+			}()),
+		}, []string{"http a@n1 ready,serving x1"}},
+		{"the same entry in two slices: one address", []discoveryv1.EndpointSlice{
+			readSlice("http", "n1", v4, readEntry("a", "n1", "10.0.0.1", yes, yes, no)),
+			readSlice("http", "n1", v4, readEntry("a", "n1", "10.0.0.1", yes, yes, no)),
+		}, []string{"http uid-a@n1 ready,serving x2 [10.0.0.1]"}},
 		{"another manager's slice is not read", []discoveryv1.EndpointSlice{
 			func() discoveryv1.EndpointSlice {
 				s := readSlice("http", "n1", v4, readEntry("a", "n1", "10.0.0.1", yes, yes, no))
@@ -120,7 +138,11 @@ func TestRead(t *testing.T) {
 			}
 			lines := []string{}
 			for _, p := range got {
-				lines = append(lines, brief1(p))
+				line := brief1(p)
+				if p.Entries > len(p.Addresses) {
+					line += fmt.Sprint(" ", p.Addresses)
+				}
+				lines = append(lines, line)
 			}
 			if !reflect.DeepEqual(lines, tt.want) {
 				t.Errorf("Read:\n got %q\nwant %q", lines, tt.want)
@@ -156,5 +178,24 @@ func TestReadInvertsBuild(t *testing.T) {
 	}
 	if !reflect.DeepEqual(lines, want) {
 		t.Errorf("Read(Build(...)):\n got %q\nwant %q", lines, want)
+	}
+}
+
+// TestReadOptions: Read reads the slices of its own options only, and
+// refuses invalid ones.
+func TestReadOptions(t *testing.T) {
+	yes, no := pointer(true), pointer(false)
+	mine := readSlice("http", "n1", discoveryv1.AddressTypeIPv4, readEntry("a", "n1", "10.0.0.1", yes, yes, no))
+	mine.Labels = map[string]string{discoveryv1.LabelManagedBy: "other.example.com", "example.com/node": "n1"}
+	opts := Options{ManagedBy: "other.example.com", NodeLabel: "example.com/node"}
+	got, err := Read([]discoveryv1.EndpointSlice{mine}, opts)
+	if err != nil || len(got) != 1 || got[0].Key != "uid-a" {
+		t.Errorf("Read with its own options = %v, %v; want uid-a", got, err)
+	}
+	if got, _ := Read([]discoveryv1.EndpointSlice{mine}, Options{}); len(got) != 0 {
+		t.Errorf("Read with the default options read another manager's slice: %v", got)
+	}
+	if _, err := Read(nil, Options{ManagedBy: "not a label value"}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("invalid options: %v, want ErrInvalid", err)
 	}
 }

@@ -43,8 +43,12 @@ func TestAvailabilityFollowsTheVerdict(t *testing.T) {
 	tests := []struct {
 		name                        string
 		ready, serving, terminating bool
+		nilConditions               bool
 		available                   bool
 	}{
+		// endpoints.Read's rule, the EndpointSlice API's: nil serving is
+		// serving, nil terminating is not terminating.
+		{name: "conditions left nil", nilConditions: true, available: true},
 		{name: "passing", ready: true, serving: true, available: true},
 		{name: "failing, published ready (publishNotReadyAddresses)", ready: true, serving: false, available: false},
 		{name: "passing and terminating, published ready (publishNotReadyAddresses)", ready: true, serving: true, terminating: true, available: false},
@@ -52,8 +56,12 @@ func TestAvailabilityFollowsTheVerdict(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			b0 := endpointOf("b-0", "n0", tt.ready, tt.serving, tt.terminating)
+			if tt.nilConditions {
+				b0.Conditions = discoveryv1.EndpointConditions{}
+			}
 			slices := []discoveryv1.EndpointSlice{
-				agentSlice("client", "n0", endpointOf("b-0", "n0", tt.ready, tt.serving, tt.terminating)),
+				agentSlice("client", "n0", b0),
 				agentSlice("client", "n1", endpointOf("b-1", "n1", true, true, false)),
 				agentSlice("client", "n2", endpointOf("b-2", "n2", true, true, false)),
 			}

@@ -291,9 +291,9 @@ func (g *Guard) event(d decided, pod *corev1.Pod) {
 	}
 	switch d.outcome {
 	case outcomeAllowed:
-		g.Recorder.Eventf(d.swh, pod, corev1.EventTypeNormal, swhv1alpha1.ReasonEvictionAllowed, "Evict", "evicting pod %s: %s", pod.Name, d.message)
+		g.Recorder.Eventf(d.swh, pod, corev1.EventTypeNormal, swhv1alpha1.ReasonEvictionAllowed, "Evict", "%s", swhv1alpha1.TruncateMessage(fmt.Sprintf("evicting pod %s: %s", pod.Name, d.message), swhv1alpha1.MaxEventNoteBytes))
 	case outcomeDenied:
-		g.Recorder.Eventf(d.swh, pod, corev1.EventTypeWarning, swhv1alpha1.ReasonEvictionDenied, "Evict", "%s", d.message)
+		g.Recorder.Eventf(d.swh, pod, corev1.EventTypeWarning, swhv1alpha1.ReasonEvictionDenied, "Evict", "%s", swhv1alpha1.TruncateMessage(d.message, swhv1alpha1.MaxEventNoteBytes))
 	}
 }
 

@@ -219,12 +219,15 @@ func (s *Snapshot) publishedEndpoints() []endpoints.Published {
 	return s.published
 }
 
-// reason is the first entry for pod in the reasons annotations of the
-// agents' slices of port.
+// reason is the entry for pod in the reasons annotations of the slices of
+// port that the pod's node's agent writes: another node's slice may name a
+// previous pod of that name (a StatefulSet's pod moved off a dead node).
 func (s *Snapshot) reason(pod *corev1.Pod, port string, probeNames []string) *Reason {
+	nodeLabel := endpoints.NodeLabelValue(pod.Spec.NodeName)
 	for i := range s.Slices {
 		sl := &s.Slices[i]
-		if name, _ := endpoints.SlicePort(sl); name != port || !endpoints.ManagedBy(sl, endpoints.Options{}) {
+		if name, _ := endpoints.SlicePort(sl); name != port || !endpoints.ManagedBy(sl, endpoints.Options{}) ||
+			sl.Labels[endpoints.DefaultNodeLabel] != nodeLabel {
 			continue
 		}
 		if reasons, err := swhv1alpha1.EndpointReasonsOf(sl.Annotations); err == nil {

@@ -64,6 +64,18 @@ func TestBuildStatus(t *testing.T) {
 			[]corev1.Pod{readyAgent}, nil, "not published", ReasonNotPublished, 0, ""},
 		{"an endpoint of an earlier pod of the same name", false, []discoveryv1.EndpointSlice{testSlice("IPv4", ours, "web-a", "uid-old", true, true, nil)},
 			[]corev1.Pod{readyAgent}, nil, "not published", ReasonNotPublished, 0, ""},
+		// A StatefulSet pod moved off a dead node: that node's withdrawn
+		// slice still holds the previous pod of the name and its reason.
+		{"another node's slice says nothing of the pod", false, []discoveryv1.EndpointSlice{
+			testSlice("IPv4", ours, "web-a", "uid-a", true, true, nil),
+			func() discoveryv1.EndpointSlice {
+				sl := testSlice("IPv4", ours, "web-a", "uid-old", false, false, failing)
+				sl.Name, sl.Labels[endpoints.DefaultNodeLabel] = "web-node-2", "node-2"
+				node := "node-2"
+				sl.Endpoints[0].NodeName = &node
+				return sl
+			}()},
+			[]corev1.Pod{readyAgent}, nil, "ready", "", 1, "1 of 1 pods ready"},
 		{"publishNotReadyAddresses: counted when serving", true, []discoveryv1.EndpointSlice{testSlice("IPv4", ours, "web-a", "uid-a", true, false, failing)},
 			[]corev1.Pod{readyAgent}, nil, "ready,not serving", "timeout", 0, "counted as ready are the pods serving"},
 		{"no agent on the node: stale", false, []discoveryv1.EndpointSlice{testSlice("IPv4", ours, "web-a", "uid-a", true, true, nil)},

@@ -33,7 +33,10 @@ func countSlices(slices []discoveryv1.EndpointSlice) portCounts {
 			pods = map[string]bool{}
 			pc.total[p.Port] = pods
 		}
-		// Published by two nodes (a stale slice): ready when both say so.
+		// Two nodes' slices hold the pod only when an agent names another
+		// node's pod under its own nodeName (the admission policy cannot
+		// check a pod's node): ready only when both say so. The eviction
+		// guard, stricter, reads only the pod's own node.
 		ready, seen := pods[p.Key]
 		pods[p.Key] = p.Ready && (ready || !seen)
 	}

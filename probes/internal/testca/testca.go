@@ -58,6 +58,9 @@ func New(t testing.TB, name string) *CA {
 // usable by servers and clients, and its PEM certificate and key.
 func (c *CA) Issue(t testing.TB, names ...string) (pair tls.Certificate, certPEM, keyPEM []byte) {
 	t.Helper()
+	if len(names) == 0 {
+		t.Fatal("testca: a certificate needs a name")
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
