@@ -162,6 +162,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := r.SetupWithManager(mgr, reconciler.SetupOptions{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}); err != nil {
 		return nil, fmt.Errorf("registering the reconciler: %w", err)
 	}
+	stale := &reconciler.StaleSlices{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: m,
+	}
+	if err := stale.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the stale slice collector: %w", err)
+	}
 	nm, err := nodehealth.NewMetrics(registry)
 	if err != nil {
 		return nil, err

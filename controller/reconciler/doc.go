@@ -1,8 +1,8 @@
-// Package reconciler is the swh controller's reconciler of
-// ServiceWithHealthchecks, one of four the controller runs (the others:
-// package access grants the agents their namespaces, nodehealth withdraws
-// the endpoints of nodes that are not Ready, and disruption keeps the
-// budgets' status). For every ServiceWithHealthchecks it
+// Package reconciler holds two of the swh controller's five reconcilers
+// (the others: package access grants the agents their namespaces,
+// nodehealth withdraws the endpoints of nodes that are not Ready, and
+// disruption keeps the budgets' status). For every ServiceWithHealthchecks,
+// Reconciler
 //
 //   - server-side applies a Service of the same name with no selector that
 //     carries the resource's Service spec, writing only when what the
@@ -20,13 +20,17 @@
 //     is removed. A field is put back at most once per interval (doubling
 //     while it keeps coming back), and one that a mutating admission puts
 //     back on the controller's own patch is reported, not fought;
-//   - deletes the agents' slices that nobody will update any more (their node
-//     is gone, or their port or address family is no longer the child
-//     Service's: the agents publish what the Service says, not the spec);
 //   - reports a write that RBAC or an admission plugin forbids in the status
 //     and an event, and retries it every minute;
 //   - writes the status, aggregated from the agents' slices of all nodes,
 //     only when it changes.
+//
+// and StaleSlices deletes the agents' slices that nobody will update any
+// more: their node is gone, or their port or address family is no longer
+// the child Service's (the agents publish what the Service says, not the
+// spec). It judges ports and families only while the status says the spec
+// is applied; a deletion it may not make is an event, retried every
+// minute.
 //
 // The agents own the slices of their nodes; this package never creates or
 // updates one, and deletes only those no agent will update any more.

@@ -1,10 +1,13 @@
 package reconciler
 
 import (
+	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/swh-dev/swh/endpoints"
 )
@@ -60,6 +63,18 @@ func missingNode(svc *corev1.Service, slices []discoveryv1.EndpointSlice, nodeLa
 		}
 	}
 	return false
+}
+
+// agentSlices lists, from reader, the agents' slices of a resource.
+func agentSlices(ctx context.Context, reader client.Reader, key types.NamespacedName) ([]discoveryv1.EndpointSlice, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := reader.List(ctx, list, client.InNamespace(key.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: key.Name,
+		discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
+	}); err != nil {
+		return nil, fmt.Errorf("listing the slices of %s: %w", key, err)
+	}
+	return list.Items, nil
 }
 
 // managedByAgent reports whether the slice is an swh agent's slice of the

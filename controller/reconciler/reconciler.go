@@ -18,11 +18,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
-	"github.com/swh-dev/swh/endpoints"
 )
 
-// Reconciler keeps the child Service, the slice hygiene and the status of
-// every ServiceWithHealthchecks.
+// Reconciler keeps the child Service and the status of every
+// ServiceWithHealthchecks (StaleSlices deletes the slices no agent will
+// update).
 type Reconciler struct {
 	// Client reads from the manager's cache and writes to the API server.
 	Client client.Client
@@ -96,32 +96,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	svc, cond, requeue := st.svc, st.cond, st.after
 
-	slices := &discoveryv1.EndpointSliceList{}
-	if err := r.Client.List(ctx, slices, client.InNamespace(swh.Namespace), client.MatchingLabels{
-		discoveryv1.LabelServiceName: swh.Name,
-		discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
-	}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing the slices of %s: %w", req.NamespacedName, err)
+	// The agents' slices as listed: stale ones (StaleSlices deletes them)
+	// count until they are gone, and their deletion brings the resource
+	// back here.
+	published, err := agentSlices(ctx, r.Client, req.NamespacedName)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	live := slices.Items
 	if svc != nil && ownedBy(svc, swh) {
-		// A refused apply leaves the Service as it was, and the agents go
-		// on publishing its ports: none of their slices is stale for it.
-		judgePorts := cond.Reason != swhv1alpha1.ReasonServiceRejected && cond.Reason != swhv1alpha1.ReasonForbidden
-		live, err = r.collectStaleSlices(ctx, swh, svc, slices.Items, judgePorts)
-		if err == nil && cond.Reason == swhv1alpha1.ReasonSynced && wasForbidden(swh) {
-			cond, err = r.resumeAfterForbidden(ctx, swh, cond)
-		}
-		if err == nil {
-			switch cond.Reason {
-			case swhv1alpha1.ReasonAdopting:
-				cond, err = r.finishAdoption(ctx, swh, live, cond)
-			case swhv1alpha1.ReasonSelectorRemoved:
-				var recheck time.Duration
-				cond, recheck, err = r.finishSelectorRemoval(ctx, swh, cond)
-				requeue = sooner(requeue, recheck)
-			}
-		}
+		cond, requeue, err = r.cleanUpBuiltin(ctx, swh, published, cond, requeue)
 		if apierrors.IsForbidden(err) {
 			cond, err = r.forbidden(cond, err), nil
 		}
@@ -129,14 +112,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			if cond.Reason == swhv1alpha1.ReasonSelectorRemoved || cond.Reason == swhv1alpha1.ReasonAdopting {
 				// Only the status tells the retry that built-in slices
 				// remain (the selector is gone, the Service is owned).
-				_, werr := r.writeStatus(ctx, swh, computeStatus(swh, svc, live, cond))
+				_, werr := r.writeStatus(ctx, swh, computeStatus(swh, svc, published, cond))
 				return ctrl.Result{}, errors.Join(err, werr)
 			}
 			return ctrl.Result{}, err
 		}
 	}
 	r.eventOnTransition(swh, cond)
-	res, err := r.writeStatus(ctx, swh, computeStatus(swh, svc, live, cond))
+	res, err := r.writeStatus(ctx, swh, computeStatus(swh, svc, published, cond))
 	if cond.Reason == swhv1alpha1.ReasonForbidden {
 		requeue = sooner(requeue, forbiddenRetry)
 	}
@@ -148,11 +131,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 // syncService creates, updates or adopts the child Service, puts back what
 // someone else changed on it that changes traffic, and returns it with the
-// ServiceSynced condition to report. A Service the API server refuses, or
-// one the controller may not take, is a condition, not an error: retrying
-// would fail the same way until the resource (or a permission) changes.
+// ServiceSynced condition to report. decideService chooses each step from
+// what the pass knows; this acts on it and records the outcome. A Service
+// the API server refuses, or one the controller may not take, is a
+// condition, not an error: retrying would fail the same way until the
+// resource (or a permission) changes.
 func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) (serviceState, error) {
-	cond := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced}
 	svc := &corev1.Service{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(swh), svc)
 	switch {
@@ -161,126 +145,108 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 	case err != nil:
 		return serviceState{}, fmt.Errorf("reading Service %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
-
-	adopting := false
-	if svc != nil && !ownedBy(svc, swh) {
-		if prev := previousIncarnation(svc, swh); prev != nil {
-			// Deleted and created again before the garbage collector got
-			// to the Service: it deletes the Service and its slices, whose
-			// deletion wakes this resource (and so does the recheck).
-			cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonAwaitingGarbageCollection
-			cond.Message = fmt.Sprintf("Service %s still belongs to a deleted ServiceWithHealthchecks of this name (uid %s); "+
-				"waiting for the garbage collector (kube-controller-manager) to delete it, then it is created again", swh.Name, prev.UID)
-			return serviceState{svc: svc, cond: cond, after: garbageCollectionRecheck}, nil
-		}
-		if swh.Annotations[swhv1alpha1.AnnotationAdopt] != "true" {
-			cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonServiceNotOwned
-			cond.Message = fmt.Sprintf("Service %s exists and is not controlled by this resource; set the annotation %s: \"true\" to adopt it", swh.Name, swhv1alpha1.AnnotationAdopt)
-			return serviceState{svc: svc, cond: cond}, nil
-		}
-		if owner := metav1.GetControllerOf(svc); owner != nil {
-			cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonServiceNotOwned
-			cond.Message = fmt.Sprintf("Service %s is controlled by %s %s; it cannot be adopted", swh.Name, owner.Kind, owner.Name)
-			return serviceState{svc: svc, cond: cond}, nil
-		}
-		if err := r.removeSelector(ctx, svc); err != nil {
-			// Only a refusal is a condition: anything else may pass, and
-			// a status saying "refused" would not be retried.
-			switch {
-			case apierrors.IsForbidden(err):
-				return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
-			case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-				return serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
-			case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
-				return serviceState{retry: true}, nil // the cache was behind
-			}
-			return serviceState{}, err
-		}
-		adopting = true
-	}
-
-	prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
-	removedSelector := ""
-	if svc != nil && !adopting {
-		// A selector someone added goes at once, even while the spec is
-		// refused: the built-in controller publishes the pods by
-		// readiness next to the agents' slices, bypassing the probes, and
-		// removing it takes no port down.
-		pb, err := r.putBack(ctx, swh, svc, svc, onlySelector)
-		if pb.done || err != nil {
-			return pb.state, err
-		}
-		svc, removedSelector = pb.svc, pb.drift.selector
-	}
-
-	// A spec the API server refused stays refused until the resource
-	// changes: retrying it on every event would only repeat the error.
-	// Nothing else is put back meanwhile: the live Service is the last
-	// applied spec, which the agents serve, and judging it by the refused
-	// one would take down what it still has.
-	if !adopting && prev != nil && prev.Reason == swhv1alpha1.ReasonServiceRejected && prev.ObservedGeneration == swh.Generation {
-		if removedSelector != "" {
-			return serviceState{svc: svc, cond: r.synced(swh, svc, cond, removedSelector)}, nil
-		}
-		return serviceState{svc: svc, cond: *prev}, nil
-	}
-	desired := desiredService(swh)
-	before := svc
-	apply := svc == nil || adopting
-	var owned drift
-	if !apply {
-		// Owned fields another manager changed are drift only when the
-		// apply is not a spec change: a previous owner (kubectl, before
-		// an adoption) may share a value the new spec changes.
-		if specApplied(swh, prev) {
-			owned = ownedDrift(swh, svc, r.FieldOwner)
-		}
-		upToDate, err := serviceUpToDate(svc, desired, r.FieldOwner)
+	p := &servicePass{swh: swh, svc: svc, before: svc, fieldOwner: r.FieldOwner}
+	cond := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced}
+	// Each step is taken at most once (decideService checks what the pass
+	// did), so a pass ends within as many decisions as there are steps.
+	for range maxServiceSteps {
+		d, err := decideService(p)
 		if err != nil {
 			return serviceState{}, err
 		}
-		apply = !upToDate || len(owned.changes) > 0
-	}
-	if apply {
-		// Force: fields a previous owner (kubectl during an adoption) or
-		// someone who changed them since held now belong to the resource.
-		if err := r.Client.Apply(ctx, desired, client.FieldOwner(r.FieldOwner), client.ForceOwnership); err != nil {
-			r.Metrics.serviceWrite(writeResult(err))
-			switch {
-			case apierrors.IsForbidden(err):
-				return serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
-			case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
-				log.FromContext(ctx).Info("the API server refused the child Service", "error", err.Error())
-				return serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
+		switch d.step {
+		case stepDone:
+			return serviceState{svc: p.svc, cond: d.cond, after: d.after}, nil
+		case stepRemoveSelector:
+			if err := r.removeSelector(ctx, p.svc); err != nil {
+				// Only a refusal is a condition: anything else may pass, and
+				// a status saying "refused" would not be retried.
+				switch {
+				case apierrors.IsForbidden(err):
+					return serviceState{svc: p.svc, cond: r.forbidden(cond, err)}, nil
+				case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+					return serviceState{svc: p.svc, cond: r.rejected(cond, err)}, nil
+				case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+					return serviceState{retry: true}, nil // the cache was behind
+				}
+				return serviceState{}, err
 			}
-			return serviceState{}, fmt.Errorf("applying Service %s/%s: %w", swh.Namespace, swh.Name, err)
-		}
-		r.Metrics.serviceWrite("ok")
-		log.FromContext(ctx).Info("applied the child Service", "adopting", adopting)
-		if len(owned.changes) > 0 {
-			r.reportRevert(ctx, swh, owned)
-		}
-		svc = &corev1.Service{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), svc); err != nil {
-			return serviceState{}, fmt.Errorf("reading Service %s/%s back: %w", swh.Namespace, swh.Name, err)
+			p.adopting = true
+		case stepRevertSelector:
+			pb, err := r.putBack(ctx, swh, p.svc, p.svc, onlySelector)
+			if pb.done || err != nil {
+				return pb.state, err
+			}
+			p.svc, p.removedSelector, p.selectorReverted = pb.svc, pb.drift.selector, true
+		case stepApply:
+			applied, st, err := r.apply(ctx, swh, p.svc, p.adopting, d.owned)
+			if applied == nil {
+				return st, err
+			}
+			p.svc, p.applied = applied, true
+		case stepRevertForeign:
+			pb, err := r.putBack(ctx, swh, p.svc, p.before, nil)
+			if pb.done || err != nil {
+				return pb.state, err
+			}
+			if pb.drift.selector != "" {
+				p.removedSelector = pb.drift.selector
+			}
+			p.svc, p.putBack, p.foreignReverted = pb.svc, pb, true
 		}
 	}
-	if adopting {
-		cond.Status, cond.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonAdopting
-		cond.Message = "adopted the Service; the built-in controller's EndpointSlices stay until the agents publish theirs"
-		return serviceState{svc: svc, cond: cond}, nil
-	}
+	return serviceState{}, fmt.Errorf("the child Service of %s/%s: no decision after %d steps", swh.Namespace, swh.Name, maxServiceSteps)
+}
 
-	// What the apply does not own, now that the Service carries the spec:
-	// fields the spec leaves unset that someone else set.
-	pb, err := r.putBack(ctx, swh, svc, before, nil)
-	if pb.done || err != nil {
-		return pb.state, err
+// apply server-side applies the spec and returns the Service read back.
+// When it returns no Service, the pass ends with the state or the error: a
+// refused apply is a condition, anything else an error to retry.
+func (r *Reconciler) apply(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, adopting bool, owned drift) (*corev1.Service, serviceState, error) {
+	cond := metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced}
+	if err := r.Client.Apply(ctx, desiredService(swh), client.FieldOwner(r.FieldOwner), client.ForceOwnership); err != nil {
+		r.Metrics.serviceWrite(writeResult(err))
+		switch {
+		case apierrors.IsForbidden(err):
+			return nil, serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
+		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
+			log.FromContext(ctx).Info("the API server refused the child Service", "error", err.Error())
+			return nil, serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
+		}
+		return nil, serviceState{}, fmt.Errorf("applying Service %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
-	if pb.drift.selector != "" {
-		removedSelector = pb.drift.selector
+	r.Metrics.serviceWrite("ok")
+	log.FromContext(ctx).Info("applied the child Service", "adopting", adopting)
+	if len(owned.changes) > 0 {
+		r.reportRevert(ctx, swh, owned)
 	}
-	return serviceState{svc: pb.svc, cond: drifting(r.synced(swh, pb.svc, cond, removedSelector), pb), after: pb.wait}, nil
+	applied := &corev1.Service{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), applied); err != nil {
+		return nil, serviceState{}, fmt.Errorf("reading Service %s/%s back: %w", swh.Namespace, swh.Name, err)
+	}
+	return applied, serviceState{}, nil
+}
+
+// cleanUpBuiltin does what decideCleanup says is left to do about the
+// built-in controller's slices of an owned Service, and returns the
+// condition and wait that follow.
+func (r *Reconciler) cleanUpBuiltin(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, agentSlices []discoveryv1.EndpointSlice, cond metav1.Condition, requeue time.Duration) (metav1.Condition, time.Duration, error) {
+	var err error
+	step := decideCleanup(cond, wasForbidden(swh))
+	if step == cleanupLookForLeftovers {
+		if cond, err = r.resumeAfterForbidden(ctx, swh, cond); err != nil {
+			return cond, requeue, err
+		}
+		step = decideCleanup(cond, false)
+	}
+	switch step {
+	case cleanupAfterAdoption:
+		cond, err = r.finishAdoption(ctx, swh, agentSlices, cond)
+	case cleanupAfterSelector:
+		var recheck time.Duration
+		cond, recheck, err = r.finishSelectorRemoval(ctx, swh, cond)
+		requeue = sooner(requeue, recheck)
+	}
+	return cond, requeue, err
 }
 
 // sooner returns the shorter of two waits, 0 meaning none.
@@ -289,41 +255,6 @@ func sooner(a, b time.Duration) time.Duration {
 		return b
 	}
 	return a
-}
-
-// specApplied reports whether the status says the controller already
-// applied the resource's current generation.
-func specApplied(swh *swhv1alpha1.ServiceWithHealthchecks, prev *metav1.Condition) bool {
-	if prev == nil || prev.ObservedGeneration != swh.Generation {
-		return false
-	}
-	switch prev.Reason {
-	case swhv1alpha1.ReasonServiceRejected, swhv1alpha1.ReasonForbidden, swhv1alpha1.ReasonServiceNotOwned:
-		return false
-	}
-	return true
-}
-
-// synced returns the ServiceSynced condition of an owned, current Service:
-// built-in slices still to delete (an adoption, a selector just removed)
-// stay visible, and so does a label that hides the Service from kube-proxy.
-func (r *Reconciler) synced(swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, cond metav1.Condition, removedSelector string) metav1.Condition {
-	if removedSelector != "" {
-		cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonSelectorRemoved
-		cond.Message = fmt.Sprintf("removed the selector %s someone set on the Service; deleting the built-in controller's EndpointSlices, which publish pods by readiness", removedSelector)
-		return cond
-	}
-	if prev := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced); prev != nil &&
-		(prev.Reason == swhv1alpha1.ReasonAdopting || prev.Reason == swhv1alpha1.ReasonSelectorRemoved) {
-		return *prev
-	}
-	if note := proxyLabelDrift(swh, svc, r.FieldOwner); note != "" {
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, swhv1alpha1.ReasonServiceDrifted, note
-		return cond
-	}
-	cond.Status, cond.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonSynced
-	cond.Message = fmt.Sprintf("Service %s matches the spec", svc.Name)
-	return cond
 }
 
 func (r *Reconciler) rejected(cond metav1.Condition, err error) metav1.Condition {
@@ -337,55 +268,6 @@ func (r *Reconciler) forbidden(cond metav1.Condition, err error) metav1.Conditio
 	cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonForbidden
 	cond.Message = fmt.Sprintf("the API server forbade a write of the controller (see its RBAC; retried every %s and on changes): %v", forbiddenRetry, err)
 	return cond
-}
-
-// collectStaleSlices deletes the agents' slices no agent will update and
-// returns the others. A deletion that is forbidden keeps the slice and is
-// returned as the error, with the slices: the status is still worth writing.
-func (r *Reconciler) collectStaleSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, slices []discoveryv1.EndpointSlice, judgePorts bool) ([]discoveryv1.EndpointSlice, error) {
-	nodes := &metav1.PartialObjectMetadataList{}
-	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-	if err := r.Client.List(ctx, nodes); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	nodeLabels := make(map[string]bool, len(nodes.Items))
-	for i := range nodes.Items {
-		nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
-	}
-	if missingNode(svc, slices, nodeLabels) {
-		// The cache can lag behind a node created while its watch was down
-		// (an API server restart): ask the API server before deleting the
-		// slices of a node that may well exist.
-		if err := r.APIReader.List(ctx, nodes); err != nil {
-			return nil, fmt.Errorf("listing nodes from the API server: %w", err)
-		}
-		for i := range nodes.Items {
-			nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
-		}
-	}
-	stale := staleSlices(svc, slices, nodeLabels, judgePorts)
-	live := make([]discoveryv1.EndpointSlice, 0, len(slices))
-	var forbidden error
-	for i := range slices {
-		reason, isStale := stale[&slices[i]]
-		if !isStale {
-			live = append(live, slices[i])
-			continue
-		}
-		// Preconditions: never delete a slice that changed since it was read.
-		err := r.Client.Delete(ctx, &slices[i], client.Preconditions{UID: &slices[i].UID, ResourceVersion: &slices[i].ResourceVersion})
-		if apierrors.IsForbidden(err) {
-			live = append(live, slices[i])
-			forbidden = fmt.Errorf("deleting stale slice %s/%s: %w", slices[i].Namespace, slices[i].Name, err)
-			continue
-		}
-		if client.IgnoreNotFound(err) != nil {
-			return nil, fmt.Errorf("deleting stale slice %s/%s: %w", slices[i].Namespace, slices[i].Name, err)
-		}
-		r.Metrics.sliceCollected()
-		log.FromContext(ctx).Info("deleted a stale EndpointSlice", "slice", slices[i].Name, "reason", reason)
-	}
-	return live, forbidden
 }
 
 func (r *Reconciler) writeStatus(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, status swhv1alpha1.ServiceWithHealthchecksStatus) (ctrl.Result, error) {

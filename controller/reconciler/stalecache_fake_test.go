@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/endpoints"
 )
 
@@ -36,22 +35,17 @@ func TestStaleNodeCache(t *testing.T) {
 	// The cache knows node a only; the API server knows a and new.
 	cache := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(append(objs, node("a"))...).Build()
 	api := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(node("a"), node("new")).Build()
-	r := &Reconciler{Client: cache, APIReader: api}
+	c := &StaleSlices{Client: cache, APIReader: api}
 	ctx := context.Background()
 	var list discoveryv1.EndpointSliceList
 	if err := cache.List(ctx, &list); err != nil {
 		t.Fatal(err)
 	}
-	live, err := r.collectStaleSlices(ctx, &swhv1alpha1.ServiceWithHealthchecks{}, svc, list.Items, true)
-	if err != nil {
+	if err := c.collect(ctx, svc, list.Items, true); err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, s := range live {
-		names = append(names, s.Name)
-	}
-	if len(names) != 2 || names[0] != "web-http-a" || names[1] != "web-http-new" {
-		t.Errorf("live slices %v, want web-http-a and web-http-new", names)
+	if err := cache.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "web-http-a"}, &discoveryv1.EndpointSlice{}); err != nil {
+		t.Errorf("the slice of node a, which both have, was deleted: %v", err)
 	}
 	if err := cache.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "web-http-new"}, &discoveryv1.EndpointSlice{}); err != nil {
 		t.Errorf("the slice of node new, which the API server has, was deleted: %v", err)
