@@ -11,11 +11,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/swh-dev/swh/test/harness"
 	"github.com/swh-dev/swh/test/harness/netns"
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // The addresses of the cluster. The world namespace (the one the suite runs
@@ -54,11 +54,11 @@ type Cluster struct {
 	bin      string
 	dir      string
 
-	mu         sync.Mutex
-	procs      []*Proc
-	namespaces []*netns.Namespace
-	podsByIP   map[string]string
-	stopped    bool
+	// procs holds the processes and namespaces the suite started.
+	procs    *process.Group
+	mu       sync.Mutex
+	podsByIP map[string]string
+	stopped  bool
 	// ids are the ServiceAccounts the controller and agents run as.
 	ids identities
 }
@@ -93,107 +93,11 @@ type Pod struct {
 	NS   *netns.Namespace
 }
 
-// Proc is a program started by the suite, stopped by its PID.
-type Proc struct {
-	Name string
-	PID  int
-	Log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// Running reports whether the process has not exited.
-func (p *Proc) Running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Stop sends SIGTERM, then SIGKILL after 15 s, and waits for the exit.
-func (p *Proc) Stop() {
-	if !p.Running() {
-		return
-	}
-	_ = syscall.Kill(p.PID, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(p.PID, syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-// Kill ends the process at once (SIGKILL), as a crash or a lost machine
-// would, and waits for the exit.
-func (p *Proc) Kill() {
-	if !p.Running() {
-		return
-	}
-	_ = syscall.Kill(p.PID, syscall.SIGKILL)
-	<-p.done
-}
-
-// LogTail returns the last lines of the process's log.
-func (p *Proc) LogTail(lines int) string {
-	data, _ := os.ReadFile(p.Log)
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
+// Proc is a program the suite started, stopped by its PID.
+type Proc = process.Proc
 
 // world runs `ip` commands in the suite's own namespace (the world).
-func world(commands ...string) error {
-	cmd := exec.Command("ip", "-batch", "-")
-	cmd.Stdin = strings.NewReader(strings.Join(commands, "\n") + "\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("world: ip %q: %w: %s", commands, err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// newNS creates a namespace and records it for the final check.
-func (c *Cluster) newNS(name string) (*netns.Namespace, error) {
-	ns, err := netns.New(name)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.namespaces = append(c.namespaces, ns)
-	c.mu.Unlock()
-	return ns, nil
-}
-
-// start runs a program inside ns (the world when nil), logging to a file.
-func (c *Cluster) start(ns *netns.Namespace, name string, env []string, path string, args ...string) (*Proc, error) {
-	log, err := os.Create(filepath.Join(c.dir, name+".log"))
-	if err != nil {
-		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
-	}
-	defer func() { _ = log.Close() }()
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = log, log
-	startFn := cmd.Start
-	if ns != nil {
-		err = ns.Do(startFn)
-	} else {
-		err = startFn()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &Proc{Name: name, PID: cmd.Process.Pid, Log: log.Name(), cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	c.mu.Lock()
-	c.procs = append(c.procs, p)
-	c.mu.Unlock()
-	return p, nil
-}
+func world(commands ...string) error { return process.World(commands...) }
 
 // iptablesBackend returns the environment that makes kube-proxy's iptables
 // mode use the legacy (x_tables) backend, as upstream's iptables-wrapper
@@ -273,7 +177,7 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the suite's folder: %w", err)
 	}
-	c = &Cluster{Mode: mode, bin: bin, dir: dir, podsByIP: map[string]string{}}
+	c = &Cluster{Mode: mode, bin: bin, dir: dir, procs: process.NewGroup(dir, 15*time.Second), podsByIP: map[string]string{}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, c.Stop())
@@ -292,14 +196,14 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 	if dir := os.Getenv("E2E_PCAP"); dir != "" {
 		for _, n := range c.Nodes {
 			for _, ns := range []*netns.Namespace{n.NS, n.Client.NS} {
-				if _, err := c.start(ns, "tcpdump-"+ns.Name, nil, "tcpdump", "-i", "any", "-n", "-s", "128", "-U",
+				if _, err := c.procs.Start(ns, "tcpdump-"+ns.Name, nil, "tcpdump", "-i", "any", "-n", "-s", "128", "-U",
 					"-w", filepath.Join(dir, ns.Name+".pcap"), "tcp or arp"); err != nil {
 					return c, err
 				}
 			}
 		}
 	}
-	if c.External, err = c.newNS("client"); err != nil {
+	if c.External, err = c.procs.NewNS("client"); err != nil {
 		return c, err
 	}
 	if err := c.attach(c.External, externalVeth(), externalIP); err != nil {
@@ -332,7 +236,7 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	if _, err := c.start(nil, "swh-controller", []string{"KUBECONFIG=" + controllerKubeconfig}, filepath.Join(bin, "swh-controller"),
+	if _, err := c.procs.Start(nil, "swh-controller", []string{"KUBECONFIG=" + controllerKubeconfig}, filepath.Join(bin, "swh-controller"),
 		"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--agent-service-account="+c.ids.namespace+"/"+c.ids.agent); err != nil {
 		return c, err
@@ -348,7 +252,7 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 			return c, err
 		}
 	}
-	if _, err := c.start(nil, "kube-controller-manager", nil, filepath.Join(bin, "kube-controller-manager"),
+	if _, err := c.procs.Start(nil, "kube-controller-manager", nil, filepath.Join(bin, "kube-controller-manager"),
 		"--kubeconfig="+cp.Kubeconfig,
 		"--controllers=endpointslice-controller,endpointslice-mirroring-controller,node-lifecycle-controller",
 		"--node-monitor-period=1s", "--node-monitor-grace-period="+nodeMonitorGracePeriod.String(),
@@ -382,7 +286,7 @@ func (n *Node) StartProxy() error {
 	if n.proxyRuns > 1 {
 		name = fmt.Sprintf("%s-%d", name, n.proxyRuns)
 	}
-	p, err := n.c.start(n.NS, name, n.proxyEnv, filepath.Join(n.c.bin, "kube-proxy"), "--config="+n.proxyConfig, "--v="+cmp.Or(os.Getenv("E2E_PROXY_V"), "2"))
+	p, err := n.c.procs.Start(n.NS, name, n.proxyEnv, filepath.Join(n.c.bin, "kube-proxy"), "--config="+n.proxyConfig, "--v="+cmp.Or(os.Getenv("E2E_PROXY_V"), "2"))
 	if err != nil {
 		return err
 	}
@@ -437,7 +341,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := n.c.start(n.NS, fmt.Sprintf("%s-swh-agent-%d", n.Name, n.agentRuns), []string{"KUBECONFIG=" + kubeconfig},
+	p, err := n.c.procs.Start(n.NS, fmt.Sprintf("%s-swh-agent-%d", n.Name, n.agentRuns), []string{"KUBECONFIG=" + kubeconfig},
 		filepath.Join(n.c.bin, "swh-agent"), "--node-name="+n.Name, "--metrics-bind-address=0",
 		"--health-probe-bind-address="+n.IP+":9081")
 	if err != nil {
@@ -485,7 +389,7 @@ func (c *Cluster) attach(ns *netns.Namespace, veth, ip string) error {
 // addNode creates node i: its namespace on the bridge, routes to every pod
 // range through the node that owns it, forwarding on, and a client pod.
 func (c *Cluster) addNode(i int) error {
-	ns, err := c.newNS(nodeName(i))
+	ns, err := c.procs.NewNS(nodeName(i))
 	if err != nil {
 		return err
 	}
@@ -525,25 +429,12 @@ func (n *Node) AddPod(name string) (*Pod, error) {
 }
 
 func (n *Node) addPodAt(name, ip string) (*Pod, error) {
-	ns, err := n.c.newNS(name)
+	ns, err := n.c.procs.NewNS(name)
 	if err != nil {
 		return nil, err
 	}
 	host := "vp" + strings.ReplaceAll(strings.TrimPrefix(ip, "10.245."), ".", "x")
-	if err := n.NS.IP(
-		"link add "+host+" type veth peer name eth0 netns "+ns.Path(),
-		"link set "+host+" up",
-		"addr add "+podGateway(n.Index)+"/32 dev "+host,
-		"route add "+ip+"/32 dev "+host,
-	); err != nil {
-		return nil, err
-	}
-	if err := ns.IP(
-		"addr add "+ip+"/32 dev eth0",
-		"link set eth0 up",
-		"route add "+podGateway(n.Index)+"/32 dev eth0",
-		"route add default via "+podGateway(n.Index)+" dev eth0",
-	); err != nil {
+	if err := netns.LinkPod(n.NS, ns, host, ip, podGateway(n.Index)); err != nil {
 		return nil, err
 	}
 	n.c.mu.Lock()
@@ -573,23 +464,11 @@ func (c *Cluster) Stop() error {
 	for _, n := range c.Nodes {
 		n.StopHeartbeat()
 	}
-	c.mu.Lock()
-	procs := append([]*Proc(nil), c.procs...)
-	c.mu.Unlock()
-	for i := len(procs) - 1; i >= 0; i-- {
-		procs[i].Stop()
-	}
+	c.procs.StopAll()
 	if c.CP != nil {
 		errs = append(errs, c.CP.Stop())
 	}
-	for _, ns := range c.namespaces {
-		if ns.Open() {
-			if socks := ns.Sockets(); socks != "" {
-				fmt.Printf("sockets still in %s when it is released:\n%s\n", ns.Name, socks)
-			}
-		}
-		errs = append(errs, ns.Close())
-	}
+	errs = append(errs, c.procs.CloseNamespaces(true))
 	errs = append(errs, world("link del "+bridgeName))
 	return errors.Join(errs...)
 }
@@ -599,48 +478,7 @@ func (c *Cluster) Stop() error {
 // them (their veth ends in the world vanish with them), no named namespace
 // exists, and the suite's folder is removed.
 func (c *Cluster) Check(ctx context.Context) error {
-	var errs []error
-	for _, p := range c.procs {
-		if err := syscall.Kill(p.PID, 0); err == nil || !errors.Is(err, syscall.ESRCH) {
-			errs = append(errs, fmt.Errorf("process %s (pid %d) is still there", p.Name, p.PID))
-		}
-	}
-	inodes := map[uint64]string{}
-	for _, ns := range c.namespaces {
-		inodes[ns.Inode] = ns.Name
-	}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st); err == nil {
-			if name, ok := inodes[st.Ino]; ok {
-				errs = append(errs, fmt.Errorf("process %s still lives in namespace %s", e.Name(), name))
-			}
-		}
-	}
-	// Namespaces are destroyed asynchronously once unreferenced.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, err := exec.Command("ip", "-o", "link", "show").CombinedOutput()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing links: %w", err))
-			break
-		}
-		var left []string
-		for _, line := range strings.Split(string(out), "\n") {
-			if strings.Contains(line, "swh-n") || strings.Contains(line, "swh-c") || strings.Contains(line, bridgeName) {
-				left = append(left, strings.TrimSpace(line))
-			}
-		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			errs = append(errs, fmt.Errorf("links left in the world (their namespaces still exist): %v", left))
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	errs := []error{c.procs.Left(), process.WaitLinksGone(ctx, "swh-n", "swh-c", bridgeName)}
 	// The suite names no namespace (it holds them by file descriptor); one
 	// named like its own would be a leak. Others are the host's business.
 	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil || strings.Contains(string(out), "swh") {

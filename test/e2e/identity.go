@@ -117,10 +117,7 @@ var registrationWindow = []string{
 // count of refusals of the registration window and the lines of any other:
 // with the chart's RBAC and policies, the binaries must need nothing more.
 func (c *Cluster) Refusals() (window int, others []string) {
-	c.mu.Lock()
-	procs := append([]*Proc(nil), c.procs...)
-	c.mu.Unlock()
-	for _, p := range procs {
+	for _, p := range c.procs.Procs() {
 		if !strings.Contains(p.Name, "swh-") {
 			continue
 		}

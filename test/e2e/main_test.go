@@ -101,7 +101,7 @@ func run(m *testing.M) int {
 		fmt.Printf("leftovers after the e2e suite: %v\n", err)
 		code = 1
 	} else {
-		fmt.Printf("final check: %d processes stopped by PID, %d network namespaces destroyed, no link, named namespace or folder left\n", len(c.procs), len(c.namespaces))
+		fmt.Printf("final check: %d processes stopped by PID, %d network namespaces destroyed, no link, named namespace or folder left\n", len(c.procs.Procs()), len(c.procs.Namespaces()))
 	}
 	return code
 }
@@ -121,7 +121,7 @@ func requirements() error {
 
 // PrintLogs prints the end of every component's log.
 func (c *Cluster) PrintLogs() {
-	for _, p := range c.procs {
+	for _, p := range c.procs.Procs() {
 		fmt.Printf("--- last lines of %s (pid %d) ---\n%s\n", p.Name, p.PID, p.LogTail(25))
 	}
 }

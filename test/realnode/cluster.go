@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/swh-dev/swh/test/harness"
-	"github.com/swh-dev/swh/test/harness/netns"
+	"github.com/swh-dev/swh/test/harness/process"
 	"github.com/swh-dev/swh/test/images"
 )
 
@@ -67,10 +67,10 @@ type Cluster struct {
 	cgroups                    *cgroups
 	host                       hostState
 
-	mu         sync.Mutex
-	procs      []*Proc
-	namespaces []*netns.Namespace
-	stopped    bool
+	// procs holds the processes and namespaces the cluster started.
+	procs   *process.Group
+	mu      sync.Mutex
+	stopped bool
 }
 
 // Start builds the namespaces and starts the control plane and the nodes,
@@ -117,7 +117,8 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := outsideReplacedTrees(dir); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
-	c = &Cluster{bin: bin, dir: dir, cniBin: cniBin, pauseRef: pauseRef, images: opts.Images, proxyMode: opts.ProxyMode}
+	c = &Cluster{bin: bin, dir: dir, cniBin: cniBin, pauseRef: pauseRef, images: opts.Images, proxyMode: opts.ProxyMode,
+		procs: process.NewGroup(dir, 20*time.Second)}
 	if c.proxyMode == "" {
 		c.proxyMode = "nftables"
 	}
@@ -191,11 +192,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 // startControllers starts kube-scheduler and kube-controller-manager (every
 // default controller but node IPAM: the nodes' ranges are the CNI's).
 func (c *Cluster) startControllers() error {
-	if _, err := c.start(nil, "kube-scheduler", nil, filepath.Join(c.bin, "kube-scheduler"),
+	if _, err := c.procs.Start(nil, "kube-scheduler", nil, filepath.Join(c.bin, "kube-scheduler"),
 		"--kubeconfig="+c.CP.Kubeconfig, "--leader-elect=false", "--secure-port=0", "--v=1"); err != nil {
 		return err
 	}
-	_, err := c.start(nil, "kube-controller-manager", nil, filepath.Join(c.bin, "kube-controller-manager"),
+	_, err := c.procs.Start(nil, "kube-controller-manager", nil, filepath.Join(c.bin, "kube-controller-manager"),
 		"--kubeconfig="+c.CP.Kubeconfig, "--controllers=*,-node-ipam-controller",
 		"--root-ca-file="+c.CP.CAFile, "--use-service-account-credentials=false",
 		"--node-monitor-period=1s", "--node-monitor-grace-period="+nodeMonitorGracePeriod.String(),

@@ -5,67 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/swh-dev/swh/test/harness/netns"
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // world runs `ip` commands in the suite's own namespace.
-func world(commands ...string) error {
-	cmd := exec.Command("ip", "-batch", "-")
-	cmd.Stdin = strings.NewReader(strings.Join(commands, "\n") + "\n")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("world: ip %q: %w: %s", commands, err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-func (c *Cluster) newNS(name string) (*netns.Namespace, error) {
-	ns, err := netns.New(name)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	c.namespaces = append(c.namespaces, ns)
-	c.mu.Unlock()
-	return ns, nil
-}
-
-// start runs a program inside ns (the world when nil), logging to a file of
-// the cluster's folder.
-func (c *Cluster) start(ns *netns.Namespace, name string, env []string, path string, args ...string) (*Proc, error) {
-	log, err := os.Create(filepath.Join(c.dir, name+".log"))
-	if err != nil {
-		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
-	}
-	defer func() { _ = log.Close() }()
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if ns != nil {
-		err = ns.Do(cmd.Start)
-	} else {
-		err = cmd.Start()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &Proc{Name: name, PID: cmd.Process.Pid, Log: log.Name(), done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	c.mu.Lock()
-	c.procs = append(c.procs, p)
-	c.mu.Unlock()
-	return p, nil
-}
+func world(commands ...string) error { return process.World(commands...) }
 
 // addNode creates node i: its namespace on the bridge, routes to the other
 // nodes' pod ranges, forwarding on, and a client namespace.
 func (c *Cluster) addNode(i, count int) error {
-	ns, err := c.newNS(nodeName(i))
+	ns, err := c.procs.NewNS(nodeName(i))
 	if err != nil {
 		return err
 	}
@@ -95,25 +49,13 @@ func (c *Cluster) addNode(i, count int) error {
 // addClient makes the node's client namespace at .250 of its pod range,
 // routed through the node like a pod.
 func (n *Node) addClient() error {
-	ns, err := n.c.newNS("client-" + n.Name)
+	ns, err := n.c.procs.NewNS("client-" + n.Name)
 	if err != nil {
 		return err
 	}
 	ip := podIP(n.Index, 250)
 	host := fmt.Sprintf("swh-rc%d", n.Index)
-	if err := n.NS.IP(
-		"link add "+host+" type veth peer name eth0 netns "+ns.Path(),
-		"link set "+host+" up",
-		"addr add "+podGateway(n.Index)+"/32 dev "+host,
-		"route add "+ip+"/32 dev "+host,
-	); err != nil {
-		return err
-	}
-	if err := ns.IP(
-		"addr add "+ip+"/32 dev eth0", "link set eth0 up",
-		"route add "+podGateway(n.Index)+"/32 dev eth0",
-		"route add default via "+podGateway(n.Index)+" dev eth0",
-	); err != nil {
+	if err := netns.LinkPod(n.NS, ns, host, ip, podGateway(n.Index)); err != nil {
 		return err
 	}
 	n.Client = &Client{IP: ip, NS: ns}
@@ -151,7 +93,7 @@ iptables:
 	if err := os.WriteFile(config, []byte(data), 0o600); err != nil {
 		return fmt.Errorf("writing %s: %w", config, err)
 	}
-	p, err := n.c.start(n.NS, n.Name+"-kube-proxy", nil, filepath.Join(n.c.bin, "kube-proxy"), "--config="+config, "--v=1")
+	p, err := n.c.procs.Start(n.NS, n.Name+"-kube-proxy", nil, filepath.Join(n.c.bin, "kube-proxy"), "--config="+config, "--v=1")
 	if err != nil {
 		return err
 	}
@@ -168,27 +110,16 @@ func (c *Cluster) Stop() error {
 	}
 	c.stopped = true
 	var errs []error
-	c.mu.Lock()
-	procs := append([]*Proc(nil), c.procs...)
-	c.mu.Unlock()
 	// The machines first: kubelet must not restart containers while the
 	// rest goes.
 	for _, n := range c.Nodes {
 		n.PowerOff()
 	}
-	for i := len(procs) - 1; i >= 0; i-- {
-		t0 := time.Now()
-		procs[i].Stop()
-		if d := time.Since(t0); d > 2*time.Second {
-			fmt.Printf("realnode: %s took %s to stop\n", procs[i].Name, d.Round(100*time.Millisecond))
-		}
-	}
+	c.procs.StopAll()
 	if c.CP != nil {
 		errs = append(errs, c.CP.Stop())
 	}
-	for _, ns := range c.namespaces {
-		errs = append(errs, ns.Close())
-	}
+	errs = append(errs, c.procs.CloseNamespaces(false))
 	errs = append(errs, world("link del "+bridgeName))
 	if c.cgroups != nil {
 		// The kernel frees a cgroup's last tasks asynchronously.
@@ -209,34 +140,7 @@ func (c *Cluster) Stop() error {
 // no process in its namespaces, no link, no cgroup, no file the nodes would
 // have written on the host (/var, /run), and the host's sysctls unchanged.
 func (c *Cluster) Check(ctx context.Context) error {
-	var errs []error
-	for _, p := range c.procs {
-		if err := syscall.Kill(p.PID, 0); err == nil || !errors.Is(err, syscall.ESRCH) {
-			errs = append(errs, fmt.Errorf("process %s (pid %d) is still there", p.Name, p.PID))
-		}
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		out, err := exec.Command("ip", "-o", "link", "show").CombinedOutput()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing links: %w", err))
-			break
-		}
-		var left []string
-		for _, line := range strings.Split(string(out), "\n") {
-			if strings.Contains(line, "swh-rn") || strings.Contains(line, bridgeName) {
-				left = append(left, strings.TrimSpace(line))
-			}
-		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			errs = append(errs, fmt.Errorf("links left (their namespaces still exist): %v", left))
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	errs := []error{c.procs.Left(), process.WaitLinksGone(ctx, "swh-rn", bridgeName)}
 	if c.cgroups != nil {
 		if left := c.cgroups.left(); len(left) > 0 {
 			errs = append(errs, fmt.Errorf("cgroups left: %v", left))

@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/swh-dev/swh/test/harness/netns"
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // Node is one real node: a network namespace on the cluster's bridge with
@@ -205,7 +203,7 @@ func (n *Node) boot() error {
 	// on SIGKILL, and the kernel then ends every process of the node.
 	args := append([]string{"--mount", "--pid", "--fork", "--kill-child=SIGKILL", "--mount-proc", "--propagation", "private", "--",
 		"bash", "-c", nodeScript, "swh-node", n.dir}, images...)
-	p, err := n.c.start(n.NS, fmt.Sprintf("%s-machine-%d", n.Name, n.runs),
+	p, err := n.c.procs.Start(n.NS, fmt.Sprintf("%s-machine-%d", n.Name, n.runs),
 		[]string{"NODE_NAME=" + n.Name, "NODE_IP=" + n.IP, fmt.Sprintf("RUN=%d", n.runs), "SWH_BIN=" + n.c.bin, "PATH=" + os.Getenv("PATH")},
 		"unshare", args...)
 	if err != nil {
@@ -266,56 +264,7 @@ func (n *Node) prepare() error {
 func (n *Node) cgroupRoot() string { return filepath.Base(n.c.dir) + "-" + n.Name }
 
 // Proc is a program the cluster started, stopped by its PID.
-type Proc struct {
-	Name string
-	PID  int
-	Log  string
-	done chan struct{}
-}
+type Proc = process.Proc
 
-// Running reports whether the process has not exited.
-func (p *Proc) Running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// Stop sends SIGTERM, then SIGKILL after 20 s, and waits for the exit.
-func (p *Proc) Stop() {
-	if !p.Running() {
-		return
-	}
-	_ = syscall.Kill(p.PID, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(20 * time.Second):
-		p.Kill()
-	}
-}
-
-// Kill ends the process at once and waits for the exit.
-func (p *Proc) Kill() {
-	if !p.Running() {
-		return
-	}
-	_ = syscall.Kill(p.PID, syscall.SIGKILL)
-	<-p.done
-}
-
-// LogTail returns the last lines of the process's log.
-func (p *Proc) LogTail(lines int) string { return tail(p.Log, lines) }
-
-func tail(file string, lines int) string {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return err.Error()
-	}
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(all) > lines {
-		all = all[len(all)-lines:]
-	}
-	return strings.Join(all, "\n")
-}
+// tail returns the last lines of a file.
+func tail(file string, lines int) string { return process.Tail(file, lines) }

@@ -224,3 +224,24 @@ func (ns *Namespace) Close() error {
 
 // Open reports whether the namespace is still held (not yet closed).
 func (ns *Namespace) Open() bool { return ns.fd >= 0 }
+
+// LinkPod joins pod to node as a point-to-point CNI plugin does: a veth
+// pair named host on the node's side and eth0 in the pod, the pod holding
+// ip/32 with gateway (an address of the node's side) as its default route,
+// and the node routing ip to host.
+func LinkPod(node, pod *Namespace, host, ip, gateway string) error {
+	if err := node.IP(
+		"link add "+host+" type veth peer name eth0 netns "+pod.Path(),
+		"link set "+host+" up",
+		"addr add "+gateway+"/32 dev "+host,
+		"route add "+ip+"/32 dev "+host,
+	); err != nil {
+		return err
+	}
+	return pod.IP(
+		"addr add "+ip+"/32 dev eth0",
+		"link set eth0 up",
+		"route add "+gateway+"/32 dev eth0",
+		"route add default via "+gateway+" dev eth0",
+	)
+}

@@ -1,0 +1,245 @@
+// Package process runs the programs of the suites that build a cluster out
+// of processes and network namespaces (test/e2e, test/realnode): each
+// program started inside a namespace, or in the suite's own ("the world",
+// which hack/netns.sh makes), logging to a file of the suite's folder and
+// stopped by its PID; and the proof, when the suite ends, that none of them
+// and none of the namespaces is left.
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/swh-dev/swh/test/harness/netns"
+)
+
+// Proc is a program a Group started, stopped by its PID.
+type Proc struct {
+	Name string
+	PID  int
+	// Log is the file its standard output and error go to.
+	Log string
+
+	stopTimeout time.Duration
+	done        chan struct{}
+}
+
+// Running reports whether the process has not exited.
+func (p *Proc) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM, then SIGKILL after the group's stop timeout, and
+// waits for the exit.
+func (p *Proc) Stop() {
+	if !p.Running() {
+		return
+	}
+	_ = syscall.Kill(p.PID, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(p.stopTimeout):
+		p.Kill()
+	}
+}
+
+// Kill ends the process at once (SIGKILL), as a crash or a lost machine
+// would, and waits for the exit.
+func (p *Proc) Kill() {
+	if !p.Running() {
+		return
+	}
+	_ = syscall.Kill(p.PID, syscall.SIGKILL)
+	<-p.done
+}
+
+// LogTail returns the last lines of the process's log.
+func (p *Proc) LogTail(lines int) string { return Tail(p.Log, lines) }
+
+// Tail returns the last lines of a file, or why it cannot be read.
+func Tail(file string, lines int) string {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return err.Error()
+	}
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// Group records what a suite started: its processes and its namespaces.
+type Group struct {
+	dir         string
+	stopTimeout time.Duration
+
+	mu         sync.Mutex
+	procs      []*Proc
+	namespaces []*netns.Namespace
+}
+
+// NewGroup returns a group whose processes log to files of dir and get
+// stopTimeout to exit after SIGTERM.
+func NewGroup(dir string, stopTimeout time.Duration) *Group {
+	return &Group{dir: dir, stopTimeout: stopTimeout}
+}
+
+// NewNS creates a network namespace and records it.
+func (g *Group) NewNS(name string) (*netns.Namespace, error) {
+	ns, err := netns.New(name)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	g.namespaces = append(g.namespaces, ns)
+	g.mu.Unlock()
+	return ns, nil
+}
+
+// Start runs a program inside ns (the world when nil), with env added to
+// the suite's environment, logging to name.log in the group's folder.
+func (g *Group) Start(ns *netns.Namespace, name string, env []string, path string, args ...string) (*Proc, error) {
+	log, err := os.Create(filepath.Join(g.dir, name+".log"))
+	if err != nil {
+		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
+	}
+	defer func() { _ = log.Close() }()
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if ns != nil {
+		err = ns.Do(cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &Proc{Name: name, PID: cmd.Process.Pid, Log: log.Name(), stopTimeout: g.stopTimeout, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	g.mu.Lock()
+	g.procs = append(g.procs, p)
+	g.mu.Unlock()
+	return p, nil
+}
+
+// Procs returns the processes started so far, in order.
+func (g *Group) Procs() []*Proc {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*Proc(nil), g.procs...)
+}
+
+// Namespaces returns the namespaces created so far, in order.
+func (g *Group) Namespaces() []*netns.Namespace {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*netns.Namespace(nil), g.namespaces...)
+}
+
+// StopAll stops every process, the last started first (clients before
+// what they talk to), and prints those that took more than two seconds.
+func (g *Group) StopAll() {
+	procs := g.Procs()
+	for i := len(procs) - 1; i >= 0; i-- {
+		t0 := time.Now()
+		procs[i].Stop()
+		if d := time.Since(t0); d > 2*time.Second {
+			fmt.Printf("%s took %s to stop\n", procs[i].Name, d.Round(100*time.Millisecond))
+		}
+	}
+}
+
+// CloseNamespaces releases every namespace, first printing the sockets
+// still open in it when printSockets is set (a process that outlived its
+// stop would hold them).
+func (g *Group) CloseNamespaces(printSockets bool) error {
+	var errs []error
+	for _, ns := range g.Namespaces() {
+		if printSockets && ns.Open() {
+			if socks := ns.Sockets(); socks != "" {
+				fmt.Printf("sockets still in %s when it is released:\n%s\n", ns.Name, socks)
+			}
+		}
+		errs = append(errs, ns.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Left returns an error for every recorded process that still exists and
+// every process that still lives in one of the group's namespaces.
+func (g *Group) Left() error {
+	var errs []error
+	for _, p := range g.Procs() {
+		if err := syscall.Kill(p.PID, 0); err == nil || !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("process %s (pid %d) is still there", p.Name, p.PID))
+		}
+	}
+	inodes := map[uint64]string{}
+	for _, ns := range g.Namespaces() {
+		inodes[ns.Inode] = ns.Name
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join("/proc", e.Name(), "ns", "net"), &st); err == nil {
+			if name, ok := inodes[st.Ino]; ok {
+				errs = append(errs, fmt.Errorf("process %s still lives in namespace %s", e.Name(), name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// World runs `ip` commands in the suite's own namespace.
+func World(commands ...string) error {
+	cmd := exec.Command("ip", "-batch", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(commands, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("world: ip %q: %w: %s", commands, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// WaitLinksGone waits up to 30 s for the world's links whose names hold
+// any of parts to vanish: the kernel destroys a namespace, and the veth
+// ends it held, asynchronously once nothing references it.
+func WaitLinksGone(ctx context.Context, parts ...string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := exec.Command("ip", "-o", "link", "show").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("listing links: %w", err)
+		}
+		var left []string
+		for _, line := range strings.Split(string(out), "\n") {
+			for _, part := range parts {
+				if strings.Contains(line, part) {
+					left = append(left, strings.TrimSpace(line))
+					break
+				}
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("links left in the world (their namespaces still exist): %v", left)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
