@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -124,29 +123,13 @@ func (r *Reconciler) finishSelectorRemoval(ctx context.Context, swh *swhv1alpha1
 	}
 	if since < builtinRecheck {
 		if cond.LastTransitionTime.IsZero() { // the pass that removed the selector
-			r.recheckAfter(swh, builtinRecheck)
+			r.later.after(client.ObjectKeyFromObject(swh), builtinRecheck)
 		}
 		return cond, builtinRecheck - since, nil
 	}
 	cond.Status, cond.Reason = metav1.ConditionTrue, swhv1alpha1.ReasonSynced
 	cond.Message = fmt.Sprintf("Service %s matches the spec", swh.Name)
 	return cond, 0, nil
-}
-
-// recheckAfter reconciles the resource again after d, whatever runs in
-// between. A lost recheck (the buffer full, the controller stopped) costs
-// nothing the status does not keep: the next pass finishes the work.
-func (r *Reconciler) recheckAfter(swh *swhv1alpha1.ServiceWithHealthchecks, d time.Duration) {
-	if r.recheck == nil {
-		return
-	}
-	obj := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: swh.Namespace, Name: swh.Name}}
-	time.AfterFunc(d, func() {
-		select {
-		case r.recheck <- event.GenericEvent{Object: obj}:
-		default:
-		}
-	})
 }
 
 // wasForbidden reports whether the status says a write was forbidden.

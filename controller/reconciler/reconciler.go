@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -40,11 +39,9 @@ type Reconciler struct {
 	// (SetupWithManager makes it).
 	reverts *revertLimiter
 
-	// recheck queues a resource again at a time the reconciler chose
-	// (SetupWithManager makes it). A RequeueAfter would not do: the queue
-	// merges it into any earlier pass, which may still see the status from
-	// before the one that asked.
-	recheck chan event.GenericEvent
+	// later queues a resource again at a time the reconciler chose
+	// (SetupWithManager makes it).
+	later *laterQueue
 }
 
 // forbiddenRetry is how long the controller waits before trying again a

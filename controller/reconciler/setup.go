@@ -6,16 +6,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 )
-
-// recheckBuffer bounds the rechecks waiting to be queued.
-const recheckBuffer = 1024
 
 // SetupOptions tune the reconciler's controller.
 type SetupOptions struct {
@@ -33,7 +28,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 	if opts.MaxConcurrentReconciles == 0 {
 		opts.MaxConcurrentReconciles = 4
 	}
-	r.recheck = make(chan event.GenericEvent, recheckBuffer)
+	r.later = &laterQueue{}
 	r.reverts = newRevertLimiter()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("servicewithhealthchecks").
@@ -41,7 +36,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(sameName)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceOwner)).
-		WatchesRawSource(source.Channel(r.recheck, &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(r.later.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
 }
