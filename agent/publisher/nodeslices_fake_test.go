@@ -175,3 +175,71 @@ func TestServiceNotTheResources(t *testing.T) {
 		t.Errorf("wrote slices for a Service that is not the resource's: creates %v, deletes %v", w.writes("create", "ok"), w.writes("delete", "ok"))
 	}
 }
+
+// TestNothingKeptOnEitherWayOut: whether the resource is gone or its
+// Service is not its own, the publisher keeps nothing about it: no target,
+// no event memory, no taken slice name, no tlsMode conflict.
+func TestNothingKeptOnEitherWayOut(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, w *fakeWorld)
+	}{
+		{"resource deleted", func(t *testing.T, w *fakeWorld) {
+			if err := w.c.Delete(t.Context(), webResource(true, nil)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"Service not the resource's", func(t *testing.T, w *fakeWorld) {
+			svc := &corev1.Service{}
+			if err := w.c.Get(t.Context(), testKey, svc); err != nil {
+				t.Fatal(err)
+			}
+			svc.OwnerReferences = nil
+			if err := w.c.Update(t.Context(), svc); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"Service deleted", func(t *testing.T, w *fakeWorld) {
+			if err := w.c.Delete(t.Context(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: testKey.Namespace, Name: testKey.Name}}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newFakeWorld(t, webResource(true, nil), webService("http"), testNodeObject(), webPod(true))
+			if err := w.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			w.p.taken.add(testKey, "web-http-taken")
+			w.p.factory.conflicts.mu.Lock()
+			w.p.factory.conflicts.reported[testKey] = map[int]string{0: "a conflict"}
+			w.p.factory.conflicts.mu.Unlock()
+			if w.p.state.len() != 1 || w.p.book.endpoints[testKey] == nil {
+				t.Fatalf("%d targets, event memory %v: want the resource published first", w.p.state.len(), w.p.book.endpoints[testKey])
+			}
+			tt.change(t, w)
+			if err := w.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			if n := w.p.state.len(); n != 0 {
+				t.Errorf("%d targets left", n)
+			}
+			if names := w.p.taken.names(testKey); len(names) != 0 {
+				t.Errorf("taken names kept: %v", names)
+			}
+			w.p.factory.conflicts.mu.Lock()
+			conflicts := w.p.factory.conflicts.reported[testKey]
+			w.p.factory.conflicts.mu.Unlock()
+			if conflicts != nil {
+				t.Errorf("tlsMode conflicts kept: %v", conflicts)
+			}
+			w.p.book.mu.Lock()
+			book := w.p.book.endpoints[testKey]
+			w.p.book.mu.Unlock()
+			if book != nil {
+				t.Errorf("event memory kept: %v", book)
+			}
+		})
+	}
+}

@@ -89,6 +89,17 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	return ctrl.Result{}, targetsErr
 }
 
+// forget stops a resource's targets and drops everything the publisher
+// keeps about it: what its events told, the slice names found taken and
+// the tlsMode conflicts reported. Both ways out of a reconcile with nothing
+// to publish (the resource gone, its Service not there or not its own) end
+// here, so that none keeps what the other drops.
+func (p *Publisher) forget(key types.NamespacedName) {
+	p.removeTargets(key, nil)
+	p.taken.forget(key)
+	p.factory.conflicts.forget(key)
+}
+
 // resourceView is what one reconcile reads of a resource and its world.
 type resourceView struct {
 	key      types.NamespacedName
@@ -112,9 +123,7 @@ func (p *Publisher) read(ctx context.Context, key types.NamespacedName) (*resour
 	if err := p.client.Get(ctx, key, swh); err != nil {
 		if apierrors.IsNotFound(err) {
 			// The garbage collector removes the slices with the Service.
-			p.taken.forget(key)
-			p.factory.conflicts.forget(key)
-			p.removeTargets(key, nil)
+			p.forget(key)
 			return nil, nil
 		}
 		return nil, fmt.Errorf("reading %s: %w", key, err)
@@ -126,7 +135,7 @@ func (p *Publisher) read(ctx context.Context, key types.NamespacedName) (*resour
 	} else if err != nil || !controlledBy(svc, swh) {
 		// No child Service yet (or not ours): slices need it as owner.
 		// Its creation brings the resource back.
-		p.removeTargets(key, nil)
+		p.forget(key)
 		return nil, nil
 	}
 	view := &resourceView{key: key, swh: swh, node: &corev1.Node{}, service: endpoints.ServiceFrom(svc)}
