@@ -72,8 +72,8 @@ func (b *eventBook) endpointNews(resource types.NamespacedName, before, now map[
 		view := endpointView{ready: ep.ready}
 		if !ep.ready {
 			view.why = why[key.uid][key.port]
-			if view.why.code == "" {
-				view.why = cause{causeFailure, "not-passing", "not passing"}
+			if view.why.reason == "" {
+				view.why = cause{kind: causeFailure, reason: "not-passing", text: "not passing"}
 			}
 		}
 		var was *bool
@@ -134,14 +134,14 @@ type endpointView struct {
 func decide(was *bool, rec *reported, now endpointView) (news bool, keep *reported) {
 	cur := &reported{ready: now.ready}
 	if !now.ready {
-		cur.code = now.why.code
+		cur.code = now.why.code()
 	}
 	changed := was == nil || *was != now.ready
 	switch {
 	case now.ready:
 		return changed || (rec != nil && !rec.ready), cur
 	case changed:
-		start := now.why.kind != causeFailure || now.why.code == codePodNotReady
+		start := now.why.kind != causeFailure || now.why.reason == codePodNotReady
 		return was != nil || !start, cur
 	case rec == nil:
 		return false, cur

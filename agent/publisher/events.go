@@ -38,19 +38,36 @@ const codePodNotReady = swhv1alpha1.ReasonPodNotReady
 
 // nodeNotReadyCause is the cause of every port of a node that is not Ready.
 func nodeNotReadyCause(node string) cause {
-	return cause{causeFailure, swhv1alpha1.ReasonNodeNotReady, fmt.Sprintf("node %s is not Ready", node)}
+	return cause{kind: causeFailure, reason: swhv1alpha1.ReasonNodeNotReady, text: fmt.Sprintf("node %s is not Ready", node)}
 }
 
 // cause says why a pod is not ready on a port.
 type cause struct {
 	kind causeKind
-	// code is machine-readable and changes when the reason does, not when
-	// only the message does: "<probe reason>@<probe index>",
-	// "pending@<i>", "recovering@<i>", "pod-not-ready", "terminating" or
-	// "no-target-port".
-	code string
+	// reason is machine-readable: a probe's reason, pending, recovering,
+	// pod-not-ready, terminating, no-target-port or node-not-ready.
+	reason string
+	// probe is the index of the probe the reason is about; nil when it is
+	// about none.
+	probe *int32
 	// text is for people.
 	text string
+}
+
+// probeCause is a cause about probe i.
+func probeCause(kind causeKind, reason string, i int, text string) cause {
+	index := int32(i)
+	return cause{kind: kind, reason: reason, probe: &index, text: text}
+}
+
+// code identifies the reason and its probe, "<reason>@<probe index>" or
+// the reason alone: it changes when the reason does, not when only the
+// message does. Event actions carry it.
+func (c cause) code() string {
+	if c.probe == nil {
+		return c.reason
+	}
+	return c.reason + "@" + strconv.Itoa(int(*c.probe))
 }
 
 // notReadyReasons says, per pod and port name, why the pod is not ready on
@@ -70,14 +87,14 @@ func (r notReadyReasons) set(pod types.UID, port string, why cause) {
 func explainNotReady(pod *corev1.Pod, gate endpoints.PortGate, passing endpoints.ProbeSet, last []probes.Result, labels []string) cause {
 	switch {
 	case gate.Port == 0:
-		return cause{causeFailure, swhv1alpha1.ReasonNoTargetPort, "the port's targetPort names no port of the pod"}
+		return cause{kind: causeFailure, reason: swhv1alpha1.ReasonNoTargetPort, text: "the port's targetPort names no port of the pod"}
 	case pod.DeletionTimestamp != nil && gate.Verdict(passing, endpoints.PodReady(pod)).Passing:
 		if gate.Probes.Empty() {
-			return cause{causeTerminating, swhv1alpha1.ReasonTerminating, "the pod is terminating; it serves while it is Ready"}
+			return cause{kind: causeTerminating, reason: swhv1alpha1.ReasonTerminating, text: "the pod is terminating; it serves while it is Ready"}
 		}
-		return cause{causeTerminating, swhv1alpha1.ReasonTerminating, "the pod is terminating; it serves while its probes pass"}
+		return cause{kind: causeTerminating, reason: swhv1alpha1.ReasonTerminating, text: "the pod is terminating; it serves while its probes pass"}
 	case gate.Probes.Empty():
-		return cause{causeFailure, codePodNotReady, "no probe checks this port and the pod is not Ready"}
+		return cause{kind: causeFailure, reason: codePodNotReady, text: "no probe checks this port and the pod is not Ready"}
 	}
 	var waiting *cause
 	for i := range last {
@@ -86,19 +103,21 @@ func explainNotReady(pod *corev1.Pod, gate endpoints.PortGate, passing endpoints
 		}
 		switch last[i].Status {
 		case probes.Failure:
-			return cause{causeFailure, fmt.Sprintf("%s@%d", last[i].Reason, i), fmt.Sprintf("%s: %s: %s", labels[i], last[i].Reason, last[i].Message)}
+			return probeCause(causeFailure, string(last[i].Reason), i, fmt.Sprintf("%s: %s: %s", labels[i], last[i].Reason, last[i].Message))
 		case probes.Success:
 			if waiting == nil {
-				waiting = &cause{causeStart, fmt.Sprintf("recovering@%d", i), labels[i] + " passes again, not yet successThreshold times"}
+				c := probeCause(causeStart, swhv1alpha1.ReasonRecovering, i, labels[i]+" passes again, not yet successThreshold times")
+				waiting = &c
 			}
 		default:
 			if waiting == nil {
-				waiting = &cause{causeStart, fmt.Sprintf("pending@%d", i), labels[i] + " has no result yet"}
+				c := probeCause(causeStart, swhv1alpha1.ReasonPending, i, labels[i]+" has no result yet")
+				waiting = &c
 			}
 		}
 	}
 	if waiting == nil {
-		return cause{causeStart, swhv1alpha1.ReasonPending, "its probes have not passed yet"}
+		return cause{kind: causeStart, reason: swhv1alpha1.ReasonPending, text: "its probes have not passed yet"}
 	}
 	return *waiting
 }
@@ -242,7 +261,7 @@ func notReadyAction(ports []portCause) string {
 	sortPorts(ports)
 	items := make([]string, len(ports))
 	for i, pc := range ports {
-		items[i] = pc.port.id() + "=" + pc.why.code
+		items[i] = pc.port.id() + "=" + pc.why.code()
 	}
 	return publishAction(items)
 }

@@ -2,6 +2,8 @@ package publisher
 
 import (
 	"fmt"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,36 +36,49 @@ func TestExplainNotReady(t *testing.T) {
 		want    cause
 	}{
 		{"unresolved port", running, endpoints.PortGate{Probes: both}, 0, nil,
-			cause{causeFailure, "no-target-port", "the port's targetPort names no port of the pod"}},
+			causeOf(causeFailure, "no-target-port", "the port's targetPort names no port of the pod")},
 		{"no probe gates the port", running, endpoints.PortGate{Port: 80}, 0, []probes.Result{{}, {}},
-			cause{causeFailure, "pod-not-ready", "no probe checks this port and the pod is not Ready"}},
+			causeOf(causeFailure, "pod-not-ready", "no probe checks this port and the pod is not Ready")},
 		{"the failing gating probe", running, endpoints.PortGate{Port: 80, Probes: both}, endpoints.ProbeSet(0).With(1), []probes.Result{failed, succeeded},
-			cause{causeFailure, "http-status@0", "HTTP probe on 8081: http-status: answered 503"}},
+			causeOf(causeFailure, "http-status@0", "HTTP probe on 8081: http-status: answered 503")},
 		{"a failure of a probe not gating the port is not the reason", running, endpoints.PortGate{Port: 80, Probes: endpoints.ProbeSet(0).With(1)}, 0, []probes.Result{failed, {}},
-			cause{causeStart, "pending@1", "TCP probe on 2525 has no result yet"}},
+			causeOf(causeStart, "pending@1", "TCP probe on 2525 has no result yet")},
 		{"recovering", running, endpoints.PortGate{Port: 80, Probes: both}, endpoints.ProbeSet(0).With(1), []probes.Result{succeeded, succeeded},
-			cause{causeStart, "recovering@0", "HTTP probe on 8081 passes again, not yet successThreshold times"}},
+			causeOf(causeStart, "recovering@0", "HTTP probe on 8081 passes again, not yet successThreshold times")},
 		{"terminating but passing", deleting, endpoints.PortGate{Port: 80, Probes: both}, both, []probes.Result{succeeded, succeeded},
-			cause{causeTerminating, "terminating", "the pod is terminating; it serves while its probes pass"}},
+			causeOf(causeTerminating, "terminating", "the pod is terminating; it serves while its probes pass")},
 		{"terminating and failing", deleting, endpoints.PortGate{Port: 80, Probes: both}, endpoints.ProbeSet(0).With(1), []probes.Result{failed, succeeded},
-			cause{causeFailure, "http-status@0", "HTTP probe on 8081: http-status: answered 503"}},
+			causeOf(causeFailure, "http-status@0", "HTTP probe on 8081: http-status: answered 503")},
 		// The port passes on pod readiness: the pod is not "not Ready".
 		{"terminating and Ready on a port no probe checks", deletingReady, endpoints.PortGate{Port: 80}, 0, nil,
-			cause{causeTerminating, "terminating", "the pod is terminating; it serves while it is Ready"}},
+			causeOf(causeTerminating, "terminating", "the pod is terminating; it serves while it is Ready")},
 		{"terminating and not Ready on a port no probe checks", deleting, endpoints.PortGate{Port: 80}, 0, nil,
-			cause{causeFailure, "pod-not-ready", "no probe checks this port and the pod is not Ready"}},
+			causeOf(causeFailure, "pod-not-ready", "no probe checks this port and the pod is not Ready")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := explainNotReady(tt.pod, tt.gate, tt.passing, tt.last, labels); got != tt.want {
-				t.Errorf("got %+v, want %+v", got, tt.want)
+			if got := explainNotReady(tt.pod, tt.gate, tt.passing, tt.last, labels); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %s %+v, want %s %+v", got.code(), got, tt.want.code(), tt.want)
 			}
 		})
 	}
 }
 
+// causeOf builds a cause from its code as actions show it, "<reason>@<probe
+// index>" or the reason alone.
+func causeOf(kind causeKind, code, text string) cause {
+	if reason, probe, ok := strings.Cut(code, "@"); ok {
+		i, err := strconv.Atoi(probe)
+		if err != nil {
+			panic(err)
+		}
+		return probeCause(kind, reason, i, text)
+	}
+	return cause{kind: kind, reason: code, text: text}
+}
+
 func TestNotReadyClauses(t *testing.T) {
-	why := func(text string) cause { return cause{causeFailure, text, text} }
+	why := func(text string) cause { return causeOf(causeFailure, text, text) }
 	named := func(name string) portRef { return portRef{name: name, number: 8080} }
 	tests := []struct {
 		name  string
@@ -92,7 +107,7 @@ func TestNotReadyClauses(t *testing.T) {
 }
 
 func TestEventActions(t *testing.T) {
-	c := func(code string) cause { return cause{causeFailure, code, "message " + code} }
+	c := func(code string) cause { return causeOf(causeFailure, code, "message "+code) }
 	tests := []struct {
 		name, got, want string
 	}{
@@ -121,8 +136,8 @@ func TestEventActions(t *testing.T) {
 func TestEventNoteFitsTheAPILimit(t *testing.T) {
 	ports := make([]portCause, 12)
 	for i := range ports {
-		ports[i] = portCause{portRef{name: fmt.Sprintf("port-%02d", i)}, cause{causeFailure, "refused@0",
-			fmt.Sprintf("TCP probe on %d: refused: dial tcp 10.244.1.5:%d: connect: connection refused — ünïcode", 8000+i, 8000+i)}}
+		ports[i] = portCause{portRef{name: fmt.Sprintf("port-%02d", i)}, causeOf(causeFailure, "refused@0",
+			fmt.Sprintf("TCP probe on %d: refused: dial tcp 10.244.1.5:%d: connect: connection refused — ünïcode", 8000+i, 8000+i))}
 	}
 	long := "pod p on node n is not ready on " + notReadyClauses(ports)
 	tests := []struct {
@@ -153,11 +168,11 @@ func TestEventNoteFitsTheAPILimit(t *testing.T) {
 
 func TestDecide(t *testing.T) {
 	yes, no := true, false
-	failure := func(code string) endpointView { return endpointView{why: cause{causeFailure, code, code}} }
-	pending := endpointView{why: cause{causeStart, "pending@0", "no result yet"}}
-	recovering := endpointView{why: cause{causeStart, "recovering@0", "passes again"}}
-	podNotReady := endpointView{why: cause{causeFailure, codePodNotReady, "not Ready"}}
-	terminating := endpointView{why: cause{causeTerminating, "terminating", "terminating"}}
+	failure := func(code string) endpointView { return endpointView{why: causeOf(causeFailure, code, code)} }
+	pending := endpointView{why: causeOf(causeStart, "pending@0", "no result yet")}
+	recovering := endpointView{why: causeOf(causeStart, "recovering@0", "passes again")}
+	podNotReady := endpointView{why: causeOf(causeFailure, codePodNotReady, "not Ready")}
+	terminating := endpointView{why: causeOf(causeTerminating, "terminating", "terminating")}
 	ready := endpointView{ready: true}
 	notReadyRec := func(code string) *reported { return &reported{code: code} }
 	tests := []struct {
@@ -221,14 +236,14 @@ func TestEndpointNews(t *testing.T) {
 		why         notReadyReasons
 		want        string
 	}{
-		{"created", nil, published(false), why(cause{causeStart, "pending@0", "no result yet"}), "[]"},
-		{"first result", published(false), published(false), why(cause{causeFailure, "query-false@0", "query false"}), "[db-0 ready [] not ready [5432=query-false@0 warning]]"},
-		{"same reason", published(false), published(false), why(cause{causeFailure, "query-false@0", "query false, again"}), "[]"},
-		{"new reason", published(false), published(false), why(cause{causeFailure, "auth@0", "denied"}), "[db-0 ready [] not ready [5432=auth@0 warning]]"},
-		{"recovering", published(false), published(false), why(cause{causeStart, "recovering@0", "passes again"}), "[]"},
+		{"created", nil, published(false), why(causeOf(causeStart, "pending@0", "no result yet")), "[]"},
+		{"first result", published(false), published(false), why(causeOf(causeFailure, "query-false@0", "query false")), "[db-0 ready [] not ready [5432=query-false@0 warning]]"},
+		{"same reason", published(false), published(false), why(causeOf(causeFailure, "query-false@0", "query false, again")), "[]"},
+		{"new reason", published(false), published(false), why(causeOf(causeFailure, "auth@0", "denied")), "[db-0 ready [] not ready [5432=auth@0 warning]]"},
+		{"recovering", published(false), published(false), why(causeOf(causeStart, "recovering@0", "passes again")), "[]"},
 		{"ready", published(false), published(true), nil, "[db-0 ready [5432] not ready []]"},
 		{"gone", published(true), nil, nil, "[]"},
-		{"back: a new pod again", nil, published(false), why(cause{causeStart, "pending@0", "no result yet"}), "[]"},
+		{"back: a new pod again", nil, published(false), why(causeOf(causeStart, "pending@0", "no result yet")), "[]"},
 	}
 	for _, s := range steps {
 		news := b.endpointNews(res, s.before, s.now, s.why)
@@ -239,7 +254,7 @@ func TestEndpointNews(t *testing.T) {
 				ready = append(ready, p.id())
 			}
 			for _, pc := range n.notReady {
-				w := pc.port.id() + "=" + pc.why.code
+				w := pc.port.id() + "=" + pc.why.code()
 				if n.warning() {
 					w += " warning"
 				}

@@ -2,8 +2,6 @@ package publisher
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -76,17 +74,9 @@ func annotateReasons(desired, existing []discoveryv1.EndpointSlice, why notReady
 	return nil
 }
 
-// reasonOf turns a cause into the annotation's entry. A cause's code is
-// "<reason>@<probe index>" when it is about a probe, else the reason alone.
+// reasonOf turns a cause into the annotation's entry.
 func reasonOf(c cause, since metav1.Time) swhv1alpha1.EndpointReason {
-	r := swhv1alpha1.EndpointReason{Reason: c.code, Message: swhv1alpha1.TruncateReasonMessage(c.text), Since: since}
-	if at := strings.LastIndexByte(c.code, '@'); at >= 0 {
-		if i, err := strconv.ParseInt(c.code[at+1:], 10, 32); err == nil {
-			index := int32(i)
-			r.Reason, r.Probe = c.code[:at], &index
-		}
-	}
-	return r
+	return swhv1alpha1.EndpointReason{Reason: c.reason, Probe: c.probe, Message: swhv1alpha1.TruncateReasonMessage(c.text), Since: since}
 }
 
 // sameOwner reports whether s carries the service-name, managed-by and
