@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/swh-dev/swh/endpoints"
 )
 
 // takenNames remembers, per resource, the slice names a create found held by
@@ -65,7 +67,7 @@ func (t *takenNames) names(resource types.NamespacedName) []string {
 // taken, read from the API server (not the cache). A holder that is gone
 // frees its name; one already in existing is this agent's own.
 func (p *Publisher) withHolders(ctx context.Context, resource types.NamespacedName, existing []discoveryv1.EndpointSlice) ([]discoveryv1.EndpointSlice, error) {
-	names := p.taken.names(resource)
+	names := p.takenSliceNames.names(resource)
 	if len(names) == 0 {
 		return existing, nil
 	}
@@ -75,14 +77,14 @@ func (p *Publisher) withHolders(ctx context.Context, resource types.NamespacedNa
 	}
 	for _, name := range names {
 		if own[name] {
-			p.taken.remove(resource, name)
+			p.takenSliceNames.remove(resource, name)
 			continue
 		}
 		holder := &discoveryv1.EndpointSlice{}
 		err := p.reader.Get(ctx, client.ObjectKey{Namespace: resource.Namespace, Name: name}, holder)
 		switch {
 		case apierrors.IsNotFound(err):
-			p.taken.remove(resource, name)
+			p.takenSliceNames.remove(resource, name)
 		case err != nil:
 			return nil, fmt.Errorf("reading slice %s/%s, which holds a name of %s: %w", resource.Namespace, name, resource, err)
 		default:
@@ -90,4 +92,18 @@ func (p *Publisher) withHolders(ctx context.Context, resource types.NamespacedNa
 		}
 	}
 	return existing, nil
+}
+
+// ownedBy keeps the slices of the resource the agent publishes: the list it
+// is given may hold slices of other owners that hold a name it wanted.
+func ownedBy(resource types.NamespacedName, slices []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+	out := make([]discoveryv1.EndpointSlice, 0, len(slices))
+	for i := range slices {
+		l := slices[i].Labels
+		if slices[i].Namespace == resource.Namespace && l[discoveryv1.LabelServiceName] == resource.Name &&
+			endpoints.ManagedBy(&slices[i], endpoints.Options{}) {
+			out = append(out, slices[i])
+		}
+	}
+	return out
 }

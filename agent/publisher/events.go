@@ -160,14 +160,14 @@ type portCause struct {
 // that say different things (see seriesAction). Each is also logged.
 func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, before, after []discoveryv1.EndpointSlice, why notReadyReasons) {
 	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
-	news := p.book.endpointNews(resource, readiness(ownedBy(resource, before)), readiness(after), why)
+	news := p.told.endpointNews(resource, readiness(ownedBy(resource, before)), readiness(after), why)
 	logger := log.FromContext(ctx)
 	for _, n := range news {
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: swh.Namespace, Name: n.pod.name, UID: n.pod.uid}
 		if len(n.ready) > 0 {
 			note := fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.nodeName, portClause(n.ready, ""))
 			logger.Info("endpoint ready", "pod", n.pod.name, "note", note)
-			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointReady), readyAction(n.ready))
+			action := p.told.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointReady), readyAction(n.ready))
 			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointReady, action, "%s", eventNote(note))
 		}
 		if len(n.notReady) == 0 {
@@ -176,10 +176,10 @@ func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.Serv
 		note := fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.nodeName, notReadyClauses(n.notReady))
 		logger.Info("endpoint not ready", "pod", n.pod.name, "note", note)
 		if n.warning() {
-			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonEndpointNotReady), notReadyAction(n.notReady))
+			action := p.told.seriesAction(eventKey(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonEndpointNotReady), notReadyAction(n.notReady))
 			p.recorder.Eventf(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonEndpointNotReady, action, "%s", eventNote(note))
 		} else {
-			action := p.book.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointNotReady), notReadyAction(n.notReady))
+			action := p.told.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointNotReady), notReadyAction(n.notReady))
 			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointNotReady, action, "%s", eventNote(note))
 		}
 	}
@@ -190,9 +190,9 @@ func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.Serv
 // that two collisions are two events.
 func (p *Publisher) reportCollisions(swh *swhv1alpha1.ServiceWithHealthchecks, collisions []endpoints.Collision) {
 	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
-	for _, c := range p.book.newCollisions(resource, collisions) {
+	for _, c := range p.told.newCollisions(resource, collisions) {
 		holder := &corev1.ObjectReference{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1", Namespace: swh.Namespace, Name: c.Name}
-		action := p.book.seriesAction(eventKey(swh, holder, corev1.EventTypeWarning, swhv1alpha1.EventReasonSliceNameTaken), "PublishEndpoints")
+		action := p.told.seriesAction(eventKey(swh, holder, corev1.EventTypeWarning, swhv1alpha1.EventReasonSliceNameTaken), "PublishEndpoints")
 		p.recorder.Eventf(swh, holder, corev1.EventTypeWarning, swhv1alpha1.EventReasonSliceNameTaken, action, "%s", eventNote(c.String()))
 	}
 }

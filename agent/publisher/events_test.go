@@ -221,10 +221,10 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// TestEndpointNews plays a pod's life through the book: a new pod, its
+// TestEndpointNews plays a pod's life through the event memory: a new pod, its
 // first failure, a new reason, a recovery, and the pod's removal.
 func TestEndpointNews(t *testing.T) {
-	var b eventBook
+	var b eventMemory
 	res := types.NamespacedName{Namespace: "ns", Name: "db"}
 	key := podPort{uid: "u1", pod: "db-0", port: ""}
 	port := portRef{number: 5432}
@@ -268,7 +268,7 @@ func TestEndpointNews(t *testing.T) {
 	}
 	b.forgetResource(res)
 	if len(b.endpoints) != 0 {
-		t.Errorf("forgotten resource still in the book: %v", b.endpoints)
+		t.Errorf("forgotten resource still in the event memory: %v", b.endpoints)
 	}
 }
 
@@ -276,7 +276,7 @@ func TestEndpointNews(t *testing.T) {
 // event and only counts the later ones; every third occurrence starts a new
 // series.
 func TestSeriesAction(t *testing.T) {
-	var b eventBook
+	var b eventMemory
 	now := time.Unix(1_000_000, 0)
 	var got []string
 	for i := range 5 {
@@ -298,7 +298,7 @@ func TestSeriesAction(t *testing.T) {
 }
 
 func TestMisconfiguredOncePerProblem(t *testing.T) {
-	var b eventBook
+	var b eventMemory
 	key := targetKey{Resource: types.NamespacedName{Namespace: "ns", Name: "db"}, Pod: "u1"}
 	missing := probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: "Secret ns/creds not found"}
 	noKey := probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: "Secret ns/creds has no key user"}
@@ -313,7 +313,7 @@ func TestMisconfiguredOncePerProblem(t *testing.T) {
 }
 
 func TestCollisionsReportedOnce(t *testing.T) {
-	var b eventBook
+	var b eventMemory
 	res := types.NamespacedName{Namespace: "ns", Name: "a"}
 	c1 := endpoints.Collision{Name: "a-b-n", Renamed: "a-b-n-1234abcd", HolderService: "a-b"}
 	c2 := endpoints.Collision{Name: "a-c-n", Renamed: "a-c-n-1234abcd", HolderService: "a-c"}

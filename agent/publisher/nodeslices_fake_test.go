@@ -133,7 +133,7 @@ func TestStartsFromPublished(t *testing.T) {
 			if err := w.reconcile(t); err != nil {
 				t.Fatal(err)
 			}
-			if n := w.p.state.len(); n != 1 {
+			if n := w.p.targets.len(); n != 1 {
 				t.Fatalf("%d probe targets, want 1", n)
 			}
 			if got := w.readiness(t, sliceName(t, "http")); got != tt.want {
@@ -153,8 +153,8 @@ func TestServiceNotTheResources(t *testing.T) {
 	if err := w.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	if w.p.state.len() != 1 || w.slice(t, sliceName(t, "http")) == nil {
-		t.Fatalf("%d targets, slice %s: want the resource published first", w.p.state.len(), describe(w.slice(t, sliceName(t, "http"))))
+	if w.p.targets.len() != 1 || w.slice(t, sliceName(t, "http")) == nil {
+		t.Fatalf("%d targets, slice %s: want the resource published first", w.p.targets.len(), describe(w.slice(t, sliceName(t, "http"))))
 	}
 	svc := &corev1.Service{}
 	if err := w.c.Get(t.Context(), testKey, svc); err != nil {
@@ -168,7 +168,7 @@ func TestServiceNotTheResources(t *testing.T) {
 	if err := w.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
-	if n := w.p.state.len(); n != 0 {
+	if n := w.p.targets.len(); n != 0 {
 		t.Errorf("%d targets left, want none", n)
 	}
 	if w.slice(t, sliceName(t, "admin")) != nil || w.writes("create", "ok") != 1 || w.writes("delete", "ok") != 0 {
@@ -211,32 +211,32 @@ func TestNothingKeptOnEitherWayOut(t *testing.T) {
 			if err := w.reconcile(t); err != nil {
 				t.Fatal(err)
 			}
-			w.p.taken.add(testKey, "web-http-taken")
-			w.p.factory.conflicts.mu.Lock()
-			w.p.factory.conflicts.reported[testKey] = map[int]string{0: "a conflict"}
-			w.p.factory.conflicts.mu.Unlock()
-			if w.p.state.len() != 1 || w.p.book.endpoints[testKey] == nil {
-				t.Fatalf("%d targets, event memory %v: want the resource published first", w.p.state.len(), w.p.book.endpoints[testKey])
+			w.p.takenSliceNames.add(testKey, "web-http-taken")
+			w.p.probers.conflicts.mu.Lock()
+			w.p.probers.conflicts.reported[testKey] = map[int]string{0: "a conflict"}
+			w.p.probers.conflicts.mu.Unlock()
+			if w.p.targets.len() != 1 || w.p.told.endpoints[testKey] == nil {
+				t.Fatalf("%d targets, event memory %v: want the resource published first", w.p.targets.len(), w.p.told.endpoints[testKey])
 			}
 			tt.change(t, w)
 			if err := w.reconcile(t); err != nil {
 				t.Fatal(err)
 			}
-			if n := w.p.state.len(); n != 0 {
+			if n := w.p.targets.len(); n != 0 {
 				t.Errorf("%d targets left", n)
 			}
-			if names := w.p.taken.names(testKey); len(names) != 0 {
+			if names := w.p.takenSliceNames.names(testKey); len(names) != 0 {
 				t.Errorf("taken names kept: %v", names)
 			}
-			w.p.factory.conflicts.mu.Lock()
-			conflicts := w.p.factory.conflicts.reported[testKey]
-			w.p.factory.conflicts.mu.Unlock()
+			w.p.probers.conflicts.mu.Lock()
+			conflicts := w.p.probers.conflicts.reported[testKey]
+			w.p.probers.conflicts.mu.Unlock()
 			if conflicts != nil {
 				t.Errorf("tlsMode conflicts kept: %v", conflicts)
 			}
-			w.p.book.mu.Lock()
-			book := w.p.book.endpoints[testKey]
-			w.p.book.mu.Unlock()
+			w.p.told.mu.Lock()
+			book := w.p.told.endpoints[testKey]
+			w.p.told.mu.Unlock()
 			if book != nil {
 				t.Errorf("event memory kept: %v", book)
 			}

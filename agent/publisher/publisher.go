@@ -48,20 +48,23 @@ type Publisher struct {
 	// skipNameValidation is Options.SkipNameValidation, for SetupWithManager.
 	skipNameValidation bool
 
-	taken     *takenNames
-	scheduler *probes.Scheduler[targetKey]
-	state     *state
-	factory   *proberFactory
-	// book remembers what events told.
-	book eventBook
-	// flips carries verdict flips to the controller's queue.
-	flips *flipQueue
+	// takenSliceNames are slice names a create found held by another slice.
+	takenSliceNames *takenNames
+	scheduler       *probes.Scheduler[targetKey]
+	// targets holds every probe target of the node and its verdict.
+	targets *targetTable
+	// probers builds a target's prober from its probe spec.
+	probers *proberFactory
+	// told remembers what events told, so that a change is told once.
+	told eventMemory
+	// verdictFlips carries verdict flips to the controller's queue.
+	verdictFlips *flipQueue
 	// gateWritten holds readiness gate writes the cache may not show yet.
 	gateWritten gateMemory
 }
 
 // notify asks for a reconcile of a resource after a verdict flipped.
-func (p *Publisher) notify(key types.NamespacedName) { p.flips.add(key) }
+func (p *Publisher) notify(key types.NamespacedName) { p.verdictFlips.add(key) }
 
 // Reconcile brings the targets of one resource in line with its spec and
 // the pods of the node, then writes the slices that changed: read what
@@ -96,8 +99,8 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 // here, so that none keeps what the other drops.
 func (p *Publisher) forget(key types.NamespacedName) {
 	p.removeTargets(key, nil)
-	p.taken.forget(key)
-	p.factory.conflicts.forget(key)
+	p.takenSliceNames.forget(key)
+	p.probers.conflicts.forget(key)
 }
 
 // resourceView is what one reconcile reads of a resource and its world.
@@ -180,7 +183,7 @@ func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notRe
 	why := notReadyReasons{}
 	nodeNotReady := endpoints.NodeNotReady(view.node)
 	for _, pod := range view.pods {
-		passing, last := p.state.passing(view.key, pod.UID, len(view.probes))
+		passing, last := p.targets.passing(view.key, pod.UID, len(view.probes))
 		gates := view.grouping.Gates(pod)
 		ports := make([]endpoints.PortVerdict, len(gates))
 		for i, gate := range gates {
@@ -216,7 +219,7 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 		return fmt.Errorf("planning the slices of %s: %w", view.key, err)
 	}
 	p.reportCollisions(view.swh, changes.Collisions)
-	changedAt, hadChange := p.state.takeChanged(view.key)
+	changedAt, hadChange := p.targets.takeChanged(view.key)
 	if !changes.Empty() {
 		trigger := time.Now()
 		if hadChange {
@@ -225,7 +228,7 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 		if err := p.write(ctx, view.key, changes, trigger); err != nil {
 			if hadChange {
 				// The retry's writes carry the same trigger and delay.
-				p.state.restoreChanged(view.key, changedAt)
+				p.targets.restoreChanged(view.key, changedAt)
 			}
 			return err
 		}
@@ -305,7 +308,7 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 		err := retry(ctx, func() error { return p.client.Create(ctx, s) })
 		p.metrics.sliceWrite("create", err)
 		if apierrors.IsAlreadyExists(err) {
-			p.taken.add(resource, s.Name)
+			p.takenSliceNames.add(resource, s.Name)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("creating slice %s/%s: %w", s.Namespace, s.Name, err))

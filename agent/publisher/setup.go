@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -23,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/swh-dev/swh/agent/internal/version"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -139,14 +137,14 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 		metrics:            deps.Metrics,
 		nodeName:           nodeName,
 		skipNameValidation: opts.SkipNameValidation,
-		state:              newState(),
-		taken:              newTakenNames(),
-		flips:              &flipQueue{delay: opts.Coalesce},
+		targets:            newTargetTable(),
+		takenSliceNames:    newTakenNames(),
+		verdictFlips:       &flipQueue{delay: opts.Coalesce},
 	}
 	secrets := newSecretCache(deps.APIReader, opts.SecretTTL, bounds, deps.Logger.WithName("secrets"), deps.Metrics)
 	secrets.onTLSModeChange = p.secretTLSModeChanged
-	p.factory = newProberFactory(secrets)
-	p.factory.userAgent = opts.UserAgent
+	p.probers = newProberFactory(secrets)
+	p.probers.userAgent = opts.UserAgent
 	schedOpts.OnResult = p.onResult
 	sched, err := probes.NewScheduler(schedOpts)
 	if err != nil {
@@ -217,43 +215,9 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, bySliceOwner).
 		Watches(&corev1.Service{}, sameName).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(p.allResources)).
-		WatchesRawSource(p.flips.source()).
+		WatchesRawSource(p.verdictFlips.source()).
 		WithOptions(copts).
 		Complete(p)
-}
-
-// flipQueue hands the resources whose verdicts flipped, from the probe
-// goroutines, straight to the controller's queue, delayed by the
-// coalescing window (repeats of one resource merge there). Adding to a
-// workqueue never blocks, so a probe goroutine cannot stall the scheduler,
-// even after the controller has stopped; before the controller starts its
-// sources no target exists, so nothing is lost.
-type flipQueue struct {
-	delay time.Duration
-	mu    sync.Mutex
-	queue workqueue.TypedRateLimitingInterface[reconcile.Request]
-}
-
-// source is the controller's source of flips: starting it hands over the
-// queue.
-func (f *flipQueue) source() source.TypedSource[reconcile.Request] {
-	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		f.queue = q
-		return nil
-	})
-}
-
-// add asks for a reconcile of a resource after the coalescing window; it
-// does nothing before the controller started.
-func (f *flipQueue) add(key types.NamespacedName) {
-	f.mu.Lock()
-	q := f.queue
-	f.mu.Unlock()
-	if q != nil {
-		q.AddAfter(reconcile.Request{NamespacedName: key}, f.delay)
-	}
 }
 
 // resourcesSelecting maps a pod to the resources of its namespace whose

@@ -46,12 +46,12 @@ func TestNewValidates(t *testing.T) {
 				if err != nil {
 					t.Fatalf("New: %v", err)
 				}
-				bounds := p.factory.secrets.usage.bounds
+				bounds := p.probers.secrets.usage.bounds
 				if bounds.Total != DefaultSecretCacheBytes || bounds.Namespace != DefaultSecretCacheNamespaceBytes {
 					t.Errorf("Secret bounds %+v, want the defaults", bounds)
 				}
-				if p.flips.delay != 30*time.Millisecond || p.factory.userAgent == "" || p.scheduler == nil {
-					t.Errorf("defaults not applied: coalesce %v, user agent %q", p.flips.delay, p.factory.userAgent)
+				if p.verdictFlips.delay != 30*time.Millisecond || p.probers.userAgent == "" || p.scheduler == nil {
+					t.Errorf("defaults not applied: coalesce %v, user agent %q", p.verdictFlips.delay, p.probers.userAgent)
 				}
 				return
 			}

@@ -34,9 +34,9 @@ type target struct {
 	mode string
 }
 
-// state holds every target of the node. Probe goroutines report into it
+// targetTable holds every target of the node. Probe goroutines report into it
 // while reconciles read it, hence the lock.
-type state struct {
+type targetTable struct {
 	mu      sync.Mutex
 	targets map[targetKey]*target
 	// changed records, per resource, when a verdict changed first since
@@ -44,8 +44,8 @@ type state struct {
 	changed map[types.NamespacedName]time.Time
 }
 
-func newState() *state {
-	return &state{targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{}}
+func newTargetTable() *targetTable {
+	return &targetTable{targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{}}
 }
 
 // observation is what observe learned from one result.
@@ -60,7 +60,7 @@ type observation struct {
 
 // observe records a result; known is false for a target removed while its
 // probe ran.
-func (s *state) observe(key targetKey, res probes.Result, now time.Time) (o observation, known bool) {
+func (s *targetTable) observe(key targetKey, res probes.Result, now time.Time) (o observation, known bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.targets[key]
@@ -84,7 +84,7 @@ func (s *state) observe(key targetKey, res probes.Result, now time.Time) (o obse
 // passing returns the probes of a pod whose verdict is healthy, and the
 // latest result of each probe (a zero Result when none came yet), for
 // messages.
-func (s *state) passing(resource types.NamespacedName, pod types.UID, numProbes int) (endpoints.ProbeSet, []probes.Result) {
+func (s *targetTable) passing(resource types.NamespacedName, pod types.UID, numProbes int) (endpoints.ProbeSet, []probes.Result) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var set endpoints.ProbeSet
@@ -103,7 +103,7 @@ func (s *state) passing(resource types.NamespacedName, pod types.UID, numProbes 
 }
 
 // takeChanged returns and clears when the resource's verdicts first changed.
-func (s *state) takeChanged(resource types.NamespacedName) (time.Time, bool) {
+func (s *targetTable) takeChanged(resource types.NamespacedName) (time.Time, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.changed[resource]
@@ -113,7 +113,7 @@ func (s *state) takeChanged(resource types.NamespacedName) (time.Time, bool) {
 
 // restoreChanged puts back a change time takeChanged returned, when the
 // write it was for failed, unless an earlier one is pending.
-func (s *state) restoreChanged(resource types.NamespacedName, at time.Time) {
+func (s *targetTable) restoreChanged(resource types.NamespacedName, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t, pending := s.changed[resource]; !pending || at.Before(t) {
@@ -122,7 +122,7 @@ func (s *state) restoreChanged(resource types.NamespacedName, at time.Time) {
 }
 
 // keysOf lists the targets of a resource.
-func (s *state) keysOf(resource types.NamespacedName) []targetKey {
+func (s *targetTable) keysOf(resource types.NamespacedName) []targetKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []targetKey
@@ -134,7 +134,7 @@ func (s *state) keysOf(resource types.NamespacedName) []targetKey {
 	return out
 }
 
-func (s *state) get(key targetKey) (addr probes.Target, spec string, ok bool) {
+func (s *targetTable) get(key targetKey) (addr probes.Target, spec string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.targets[key]
@@ -144,20 +144,28 @@ func (s *state) get(key targetKey) (addr probes.Target, spec string, ok bool) {
 	return t.addr, t.spec, true
 }
 
-func (s *state) put(key targetKey, t *target) {
+func (s *targetTable) put(key targetKey, t *target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.targets[key] = t
 }
 
-func (s *state) remove(key targetKey) {
+func (s *targetTable) remove(key targetKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.targets, key)
 }
 
-func (s *state) len() int {
+func (s *targetTable) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.targets)
+}
+
+// healthy returns the verdict of a running target.
+func (s *targetTable) healthy(key targetKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.targets[key]
+	return ok && t.tracker.Healthy()
 }

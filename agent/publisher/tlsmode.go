@@ -81,7 +81,7 @@ func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.Ser
 				continue
 			}
 			secret := types.NamespacedName{Namespace: swh.Namespace, Name: pg.AuthSecretName}
-			mode, ok := p.factory.secrets.tlsMode(secret, swh.UID)
+			mode, ok := p.probers.secrets.tlsMode(secret, swh.UID)
 			if !ok || mode == string(pg.TLSMode) || !validTLSMode(mode) {
 				// An invalid value fails the probe itself (reason secret).
 				continue
@@ -93,7 +93,7 @@ func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.Ser
 		}
 	}
 	key := client.ObjectKeyFromObject(swh)
-	for _, i := range p.factory.conflicts.update(key, current) {
+	for _, i := range p.probers.conflicts.update(key, current) {
 		c := found[i]
 		log.FromContext(ctx).Info("tlsMode conflict: the spec's is used", "probe", i, "note", current[i])
 		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: c.secret.Namespace, Name: c.secret.Name}
@@ -125,7 +125,7 @@ func (p *Publisher) secretTLSModeChanged(secret types.NamespacedName) {
 	ctx, cancel := context.WithTimeout(context.Background(), secretReadTimeout)
 	defer cancel()
 	if err := p.client.List(ctx, list, client.InNamespace(secret.Namespace)); err != nil {
-		p.factory.secrets.log.Error(err, "listing the resources that use a Secret", "secret", secret.String())
+		p.probers.secrets.log.Error(err, "listing the resources that use a Secret", "secret", secret.String())
 		return
 	}
 	using := map[types.NamespacedName]bool{}

@@ -88,25 +88,3 @@ func inferPassed(gates []endpoints.PortGate, portNames []string, i int, serving 
 	}
 	return false
 }
-
-// ownedBy keeps the slices of the resource the agent publishes: the list it
-// is given may hold slices of other owners that hold a name it wanted.
-func ownedBy(resource types.NamespacedName, slices []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
-	out := make([]discoveryv1.EndpointSlice, 0, len(slices))
-	for i := range slices {
-		l := slices[i].Labels
-		if slices[i].Namespace == resource.Namespace && l[discoveryv1.LabelServiceName] == resource.Name &&
-			endpoints.ManagedBy(&slices[i], endpoints.Options{}) {
-			out = append(out, slices[i])
-		}
-	}
-	return out
-}
-
-// healthy returns the verdict of a running target.
-func (s *state) healthy(key targetKey) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t, ok := s.targets[key]
-	return ok && t.tracker.Healthy()
-}

@@ -14,10 +14,10 @@ import (
 	"github.com/swh-dev/swh/probes"
 )
 
-// eventBook remembers what the agent has reported, so that a change is
+// eventMemory remembers what the agent has reported, so that a change is
 // reported once and a report is never lost in the recorder. Its zero value
 // is ready to use.
-type eventBook struct {
+type eventMemory struct {
 	mu sync.Mutex
 	// endpoints holds, per resource, pod and port name, the state last
 	// reported.
@@ -58,7 +58,7 @@ func (n podNews) warning() bool {
 // now, from its slices; why for the ones not ready now) with what was
 // reported, records the news and returns it. Pods no longer published are
 // forgotten.
-func (b *eventBook) endpointNews(resource types.NamespacedName, before, now map[podPort]publishedPort, why notReadyReasons) []podNews {
+func (b *eventMemory) endpointNews(resource types.NamespacedName, before, now map[podPort]publishedPort, why notReadyReasons) []podNews {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.endpoints == nil {
@@ -153,7 +153,7 @@ func decide(was *bool, rec *reported, now endpointView) (news bool, keep *report
 }
 
 // forgetResource drops what was reported about a resource.
-func (b *eventBook) forgetResource(resource types.NamespacedName) {
+func (b *eventMemory) forgetResource(resource types.NamespacedName) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.endpoints, resource)
@@ -166,7 +166,7 @@ func (b *eventBook) forgetResource(resource types.NamespacedName) {
 }
 
 // forgetTarget drops what was reported about a target that stopped.
-func (b *eventBook) forgetTarget(key targetKey) {
+func (b *eventMemory) forgetTarget(key targetKey) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.misconfig, key)
@@ -176,7 +176,7 @@ func (b *eventBook) forgetTarget(key targetKey) {
 // for a reason or message other than the one last reported, and records it.
 // Other results clear the record, so that the problem is reported again if
 // it comes back.
-func (b *eventBook) misconfigured(key targetKey, res probes.Result) bool {
+func (b *eventMemory) misconfigured(key targetKey, res probes.Result) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !misconfigured(res.Reason) {
@@ -196,7 +196,7 @@ func (b *eventBook) misconfigured(key targetKey, res probes.Result) bool {
 
 // newCollisions returns the collisions of a resource not reported yet, and
 // records the current ones.
-func (b *eventBook) newCollisions(resource types.NamespacedName, collisions []endpoints.Collision) []endpoints.Collision {
+func (b *eventMemory) newCollisions(resource types.NamespacedName, collisions []endpoints.Collision) []endpoints.Collision {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.collisions == nil {
@@ -243,11 +243,11 @@ type seriesState struct {
 // "#n" that starts a new series, so that every report reaches the API
 // server when it is made. key identifies the event but for its action
 // (see eventKey).
-func (b *eventBook) seriesAction(key, action string) string {
+func (b *eventMemory) seriesAction(key, action string) string {
 	return b.seriesActionAt(key, action, time.Now())
 }
 
-func (b *eventBook) seriesActionAt(key, action string, now time.Time) string {
+func (b *eventMemory) seriesActionAt(key, action string, now time.Time) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.series == nil {

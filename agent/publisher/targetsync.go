@@ -3,7 +3,6 @@ package publisher
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,7 +46,7 @@ func (p *Publisher) syncTargets(set targetSet) error {
 			want[key] = true
 			addr, ok := probeAddress(pod, probe.TargetPort())
 			spec := specOf(swh.Spec.Healthcheck, probe)
-			oldAddr, oldSpec, running := p.state.get(key)
+			oldAddr, oldSpec, running := p.targets.get(key)
 			if running && oldAddr == addr && oldSpec == spec {
 				continue
 			}
@@ -63,7 +62,7 @@ func (p *Publisher) syncTargets(set targetSet) error {
 			// (a flip not written yet).
 			var initial bool
 			if running && oldAddr == addr {
-				initial = p.state.healthy(key)
+				initial = p.targets.healthy(key)
 			} else {
 				if serving == nil {
 					serving = servingPorts(ownedBy(resource, set.existing), set.adopted())
@@ -82,11 +81,11 @@ func (p *Publisher) syncTargets(set targetSet) error {
 				p.stopTarget(key)
 				continue
 			}
-			p.state.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode)})
-			p.book.forgetTarget(key)
+			p.targets.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode)})
+			p.told.forgetTarget(key)
 			var prober probes.Prober
 			if ok {
-				prober = p.factory.build(resource.Namespace, swh.UID, probe)
+				prober = p.probers.build(resource.Namespace, swh.UID, probe)
 			} else {
 				port := probe.TargetPort()
 				prober = failing(ReasonNoPort, fmt.Sprintf("pod %s has no container port named %q", pod.Name, port.String()))
@@ -116,7 +115,7 @@ func (p *Publisher) syncTargets(set targetSet) error {
 		}
 	}
 	p.removeTargets(resource, want)
-	p.metrics.setTargets(p.state.len())
+	p.metrics.setTargets(p.targets.len())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("the probe targets of %s: %w", resource, err)
 	}
@@ -127,65 +126,24 @@ func (p *Publisher) syncTargets(set targetSet) error {
 // reconcile starts it afresh.
 func (p *Publisher) stopTarget(key targetKey) {
 	p.scheduler.Remove(key)
-	p.state.remove(key)
-	p.book.forgetTarget(key)
+	p.targets.remove(key)
+	p.told.forgetTarget(key)
 }
 
 // removeTargets stops the targets of a resource that are not in keep.
 func (p *Publisher) removeTargets(resource types.NamespacedName, keep map[targetKey]bool) {
-	for _, key := range p.state.keysOf(resource) {
+	for _, key := range p.targets.keysOf(resource) {
 		if keep[key] {
 			continue
 		}
 		p.scheduler.Remove(key)
-		p.state.remove(key)
-		p.book.forgetTarget(key)
+		p.targets.remove(key)
+		p.told.forgetTarget(key)
 	}
 	if keep == nil {
-		p.book.forgetResource(resource)
+		p.told.forgetResource(resource)
 	}
-	p.metrics.setTargets(p.state.len())
-}
-
-// onResult runs on the probe's goroutine for every result.
-func (p *Publisher) onResult(r probes.Report[targetKey]) {
-	o, known := p.state.observe(r.Key, r.Result, time.Now())
-	if !known {
-		return
-	}
-	p.metrics.observeProbe(o.mode, r.Result)
-	// Only a new reason can change what the book holds (a misconfigured
-	// probe's own reasons differ from every other): the hot path takes no
-	// lock.
-	if (o.newReason || misconfigured(r.Result.Reason)) && p.book.misconfigured(r.Key, r.Result) {
-		// Configuration problems get their own event at once: no endpoint
-		// transition may follow (a pod that never passed stays not ready).
-		// The regarding probe, the related pod and the action (the reason)
-		// keep the recorder from folding one pod's or probe's problem into
-		// another's.
-		regarding := &corev1.ObjectReference{
-			Kind: "ServiceWithHealthchecks", APIVersion: swhv1alpha1.GroupVersion.String(),
-			Namespace: r.Key.Resource.Namespace, Name: r.Key.Resource.Name, UID: o.owner,
-			FieldPath: fmt.Sprintf("spec.healthcheck.probes[%d]", r.Key.Probe),
-		}
-		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Key.Resource.Namespace, Name: o.pod, UID: r.Key.Pod}
-		action := p.book.seriesAction(eventKey(regarding, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonProbeMisconfigured), "Probe:"+string(r.Result.Reason))
-		p.recorder.Eventf(regarding, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonProbeMisconfigured, action, "%s",
-			eventNote(fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.nodeName, r.Result.Message)))
-	}
-	switch {
-	case o.flipped:
-		p.metrics.transition()
-		p.notify(r.Key.Resource)
-	case o.newReason && r.Result.Status == probes.Failure:
-		// No verdict changed, but why a pod is not ready may have: the
-		// reconcile reports it.
-		p.notify(r.Key.Resource)
-	}
-}
-
-func misconfigured(r probes.Reason) bool {
-	return r == ReasonSecret || r == ReasonConfig || r == ReasonNoPort
+	p.metrics.setTargets(p.targets.len())
 }
 
 // probeAddress is the pod's primary address and the probe's port resolved
@@ -202,33 +160,4 @@ func initialDelay(pod *corev1.Pod, seconds int32) time.Duration {
 		delay -= time.Since(pod.Status.StartTime.Time)
 	}
 	return max(delay, 0)
-}
-
-// phaseOf places a resource's probes within their period: every target of
-// one resource (on every node) probes at the same phase, so a failure of all
-// its pods is seen within milliseconds and costs one write per slice, while
-// different resources spread over the period instead of firing together.
-func phaseOf(resource types.NamespacedName, period time.Duration) time.Duration {
-	if period <= 0 {
-		return 0
-	}
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(resource.String()))
-	return time.Duration(h.Sum64() % uint64(period))
-}
-
-// alignedDelay returns the wait, at least minDelay, until the next instant
-// whose offset in the period (counted from the Unix epoch, the same on
-// every node) is phase.
-func alignedDelay(now time.Time, minDelay, period, phase time.Duration) time.Duration {
-	if period <= 0 {
-		return minDelay
-	}
-	earliest := now.Add(minDelay).UnixNano()
-	off := (earliest - int64(phase)) % int64(period)
-	if off < 0 {
-		off += int64(period)
-	}
-	wait := (int64(period) - off) % int64(period)
-	return minDelay + time.Duration(wait)
 }

@@ -1,0 +1,52 @@
+package publisher
+
+import (
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/probes"
+)
+
+// onResult runs on the probe's goroutine for every result.
+func (p *Publisher) onResult(r probes.Report[targetKey]) {
+	o, known := p.targets.observe(r.Key, r.Result, time.Now())
+	if !known {
+		return
+	}
+	p.metrics.observeProbe(o.mode, r.Result)
+	// Only a new reason can change what the event memory holds (a misconfigured
+	// probe's own reasons differ from every other): the hot path takes no
+	// lock.
+	if (o.newReason || misconfigured(r.Result.Reason)) && p.told.misconfigured(r.Key, r.Result) {
+		// Configuration problems get their own event at once: no endpoint
+		// transition may follow (a pod that never passed stays not ready).
+		// The regarding probe, the related pod and the action (the reason)
+		// keep the recorder from folding one pod's or probe's problem into
+		// another's.
+		regarding := &corev1.ObjectReference{
+			Kind: "ServiceWithHealthchecks", APIVersion: swhv1alpha1.GroupVersion.String(),
+			Namespace: r.Key.Resource.Namespace, Name: r.Key.Resource.Name, UID: o.owner,
+			FieldPath: fmt.Sprintf("spec.healthcheck.probes[%d]", r.Key.Probe),
+		}
+		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Key.Resource.Namespace, Name: o.pod, UID: r.Key.Pod}
+		action := p.told.seriesAction(eventKey(regarding, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonProbeMisconfigured), "Probe:"+string(r.Result.Reason))
+		p.recorder.Eventf(regarding, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonProbeMisconfigured, action, "%s",
+			eventNote(fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.nodeName, r.Result.Message)))
+	}
+	switch {
+	case o.flipped:
+		p.metrics.transition()
+		p.notify(r.Key.Resource)
+	case o.newReason && r.Result.Status == probes.Failure:
+		// No verdict changed, but why a pod is not ready may have: the
+		// reconcile reports it.
+		p.notify(r.Key.Resource)
+	}
+}
+
+func misconfigured(r probes.Reason) bool {
+	return r == ReasonSecret || r == ReasonConfig || r == ReasonNoPort
+}
