@@ -52,7 +52,7 @@ func (p *Publisher) syncTargets(set targetSet) error {
 			}
 			// A new target keeps what is published until a result says
 			// otherwise: restarting the agent, or editing a probe, must not
-			// flap endpoints (see initial.go). Nor must adopting a Service:
+			// flap endpoints (see startstate.go). Nor must adopting a Service:
 			// kube-proxy de-duplicates an address listed by two slices in no
 			// defined order, so our not-ready copy of a pod could hide the
 			// built-in controller's ready one until the first probe passes
