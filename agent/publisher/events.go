@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -151,50 +152,81 @@ type portCause struct {
 	why  cause
 }
 
-// reportTransitions emits the endpoints' news once their slices are
-// published (after is what is published now, before what was before this
-// reconcile): per pod, one event for the ports that became ready, one for
-// the ports that became not ready or are not ready for a new reason. See
-// decide for what is news. Events relate to the pod, and their action
-// names the ports and causes, so that the recorder never folds two events
-// that say different things (see seriesAction). Each is also logged.
-func (p *Publisher) reportTransitions(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, before, after []discoveryv1.EndpointSlice, why notReadyReasons) {
-	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
-	news := p.told.endpointNews(resource, readiness(ownedBy(resource, before)), readiness(after), why)
+// event is what a stage of a reconcile, or a probe result, has to tell.
+// The stages decide what happened; emit alone talks to the recorder.
+type event struct {
+	// regarding is what the event is about when it is not the resource
+	// itself (one of its probes); nil for the resource.
+	regarding *corev1.ObjectReference
+	// related is the pod, slice or Secret the event is about.
+	related   *corev1.ObjectReference
+	eventtype string
+	reason    string
+	// action names what the event says (see seriesAction).
+	action string
+	note   string
+}
+
+// emit records events on swh, or on what they regard, and logs each: the
+// one place the agent's events reach the recorder. Each gets the action
+// that keeps the recorder from folding it into an event that says
+// something else, or into a series it would not write for minutes
+// (seriesAction), and a note cut to what the API server takes.
+func (p *Publisher) emit(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, evs []event) {
 	logger := log.FromContext(ctx)
-	for _, n := range news {
+	for _, e := range evs {
+		var regarding runtime.Object = swh
+		var key any = swh
+		if e.regarding != nil {
+			regarding, key = e.regarding, e.regarding
+		}
+		logger.Info("event", "type", e.eventtype, "reason", e.reason, "related", e.related.Name, "note", e.note)
+		action := p.told.seriesAction(eventKey(key, e.related, e.eventtype, e.reason), e.action)
+		p.recorder.Eventf(regarding, e.related, e.eventtype, e.reason, action, "%s", eventNote(e.note))
+	}
+}
+
+// endpointEvents tells the endpoints' news once their slices are published
+// (after is what is published now, before what was before this reconcile):
+// per pod, one event for the ports that became ready, one for the ports
+// that became not ready or are not ready for a new reason. See decide for
+// what is news. Events relate to the pod, and their action names the ports
+// and causes, so that two events that say different things are never
+// folded into one.
+func (p *Publisher) endpointEvents(swh *swhv1alpha1.ServiceWithHealthchecks, before, after []discoveryv1.EndpointSlice, why notReadyReasons) []event {
+	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
+	var out []event
+	for _, n := range p.told.endpointNews(resource, readiness(ownedBy(resource, before)), readiness(after), why) {
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: swh.Namespace, Name: n.pod.name, UID: n.pod.uid}
 		if len(n.ready) > 0 {
-			note := fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.nodeName, portClause(n.ready, ""))
-			logger.Info("endpoint ready", "pod", n.pod.name, "note", note)
-			action := p.told.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointReady), readyAction(n.ready))
-			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointReady, action, "%s", eventNote(note))
+			out = append(out, event{related: related, eventtype: corev1.EventTypeNormal, reason: swhv1alpha1.EventReasonEndpointReady,
+				action: readyAction(n.ready), note: fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.nodeName, portClause(n.ready, ""))})
 		}
 		if len(n.notReady) == 0 {
 			continue
 		}
-		note := fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.nodeName, notReadyClauses(n.notReady))
-		logger.Info("endpoint not ready", "pod", n.pod.name, "note", note)
+		eventtype := corev1.EventTypeNormal // the start state, or terminating
 		if n.warning() {
-			action := p.told.seriesAction(eventKey(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonEndpointNotReady), notReadyAction(n.notReady))
-			p.recorder.Eventf(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonEndpointNotReady, action, "%s", eventNote(note))
-		} else {
-			action := p.told.seriesAction(eventKey(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointNotReady), notReadyAction(n.notReady))
-			p.recorder.Eventf(swh, related, corev1.EventTypeNormal, swhv1alpha1.EventReasonEndpointNotReady, action, "%s", eventNote(note))
+			eventtype = corev1.EventTypeWarning
 		}
+		out = append(out, event{related: related, eventtype: eventtype, reason: swhv1alpha1.EventReasonEndpointNotReady,
+			action: notReadyAction(n.notReady), note: fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.nodeName, notReadyClauses(n.notReady))})
 	}
+	return out
 }
 
-// reportCollisions emits SliceNameTaken once per collision (again after a
+// collisionEvents tells SliceNameTaken once per collision (again after a
 // restart of the agent), relating it to the slice that holds the name so
 // that two collisions are two events.
-func (p *Publisher) reportCollisions(swh *swhv1alpha1.ServiceWithHealthchecks, collisions []endpoints.Collision) {
+func (p *Publisher) collisionEvents(swh *swhv1alpha1.ServiceWithHealthchecks, collisions []endpoints.Collision) []event {
 	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
+	var out []event
 	for _, c := range p.told.newCollisions(resource, collisions) {
 		holder := &corev1.ObjectReference{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1", Namespace: swh.Namespace, Name: c.Name}
-		action := p.told.seriesAction(eventKey(swh, holder, corev1.EventTypeWarning, swhv1alpha1.EventReasonSliceNameTaken), "PublishEndpoints")
-		p.recorder.Eventf(swh, holder, corev1.EventTypeWarning, swhv1alpha1.EventReasonSliceNameTaken, action, "%s", eventNote(c.String()))
+		out = append(out, event{related: holder, eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonSliceNameTaken,
+			action: "PublishEndpoints", note: c.String()})
 	}
+	return out
 }
 
 // notReadyClauses groups ports by reason: `port "a" (why)`, or

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -325,5 +326,56 @@ func TestCollisionsReportedOnce(t *testing.T) {
 		if got := b.newCollisions(res, s.current); len(got) != s.want {
 			t.Errorf("step %d: %d new collisions, want %d", i, len(got), s.want)
 		}
+	}
+}
+
+// TestEventsAsValues: the stages return the events to emit, as values: a
+// pod's failure once (not again while it stays), its recovery, and a
+// collision once.
+func TestEventsAsValues(t *testing.T) {
+	p := &Publisher{nodeName: "node-a"}
+	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
+	slice := func(ready bool) []discoveryv1.EndpointSlice {
+		port, node := "http", "node-a"
+		return []discoveryv1.EndpointSlice{{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-http", Labels: map[string]string{discoveryv1.LabelServiceName: "web",
+				discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy, endpoints.DefaultNodeLabel: node}},
+			AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &port}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1", UID: "u1"}}},
+		}}
+	}
+	refused := notReadyReasons{}
+	refused.set("u1", "http", causeOf(causeFailure, "refused@0", "TCP probe on 80: refused: connection refused"))
+	describe := func(evs []event) string {
+		var out []string
+		for _, e := range evs {
+			out = append(out, e.eventtype+" "+e.reason+" "+e.action+" "+e.related.Name+": "+e.note)
+		}
+		return strings.Join(out, " | ")
+	}
+	steps := []struct {
+		name          string
+		before, after []discoveryv1.EndpointSlice
+		why           notReadyReasons
+		want          string
+	}{
+		{"ready", slice(false), slice(true), nil,
+			`Normal EndpointReady PublishEndpoints:http web-1: pod web-1 on node node-a is ready on port "http"`},
+		{"refused", slice(true), slice(false), refused,
+			`Warning EndpointNotReady PublishEndpoints:http=refused@0 web-1: pod web-1 on node node-a is not ready on port "http" (TCP probe on 80: refused: connection refused)`},
+		{"still refused: no news", slice(false), slice(false), refused, ""},
+	}
+	for _, s := range steps {
+		if got := describe(p.endpointEvents(swh, s.before, s.after, s.why)); got != s.want {
+			t.Errorf("%s: events %q, want %q", s.name, got, s.want)
+		}
+	}
+	collision := []endpoints.Collision{{Name: "web-http", Renamed: "web-http-2", HolderService: "other"}}
+	if got := p.collisionEvents(swh, collision); len(got) != 1 || got[0].reason != swhv1alpha1.EventReasonSliceNameTaken || got[0].related.Name != "web-http" {
+		t.Errorf("collision events %+v, want one SliceNameTaken about web-http", got)
+	}
+	if got := p.collisionEvents(swh, collision); len(got) != 0 {
+		t.Errorf("the same collision told again: %+v", got)
 	}
 }

@@ -70,7 +70,8 @@ func (p *Publisher) notify(key types.NamespacedName) { p.verdictFlips.add(key) }
 // the pods of the node, then writes the slices that changed: read what
 // the resource, its Service, the node, the pods and the slices are; sync
 // the probe targets; turn the probes' state into verdicts per pod and
-// port; plan and write the slices.
+// port; plan and write the slices; emit, in one place, the events the
+// stages returned; sync the readiness gates.
 func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	view, err := p.read(ctx, req.NamespacedName)
 	if err != nil || view == nil {
@@ -81,11 +82,13 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		portNames: view.portNames, existing: view.existing,
 		adopted: func() []discoveryv1.EndpointSlice { return p.adoptedSlices(ctx, view.swh) },
 	})
-	p.reportTLSConflicts(ctx, view.swh)
+	evs := p.tlsConflictEvents(view.swh)
 	verdicts, why := p.verdicts(view)
+	published, publishErr := p.publish(ctx, view, verdicts, why)
+	p.emit(ctx, view.swh, append(evs, published...))
 	// The gates do not wait on the slices: a refused slice write must not
 	// hold a rollout's pods back.
-	if err := errors.Join(p.publish(ctx, view, verdicts, why), p.syncGates(ctx, view)); err != nil {
+	if err := errors.Join(publishErr, p.syncGates(ctx, view)); err != nil {
 		return ctrl.Result{}, errors.Join(err, targetsErr)
 	}
 	// The targets that could start are published; the others are retried.
@@ -202,23 +205,23 @@ func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notRe
 }
 
 // publish builds the desired slices, with their reasons, plans the writes
-// against the existing ones and makes them; then it reports the
-// transitions as events, also without a write (a reason can change while
-// the slices do not).
-func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []endpoints.PodVerdicts, why notReadyReasons) error {
+// against the existing ones and makes them; it returns the events that
+// tell the collisions and the transitions, also without a write (a reason
+// can change while the slices do not).
+func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []endpoints.PodVerdicts, why notReadyReasons) ([]event, error) {
 	desired, err := endpoints.Build(view.service, endpoints.NodeFrom(view.node), verdicts, endpoints.Options{})
 	if err != nil {
-		return fmt.Errorf("building the slices of %s: %w", view.key, err)
+		return nil, fmt.Errorf("building the slices of %s: %w", view.key, err)
 	}
 	if err := annotateReasons(desired, view.existing, why, time.Now()); err != nil {
-		return fmt.Errorf("the reasons of %s: %w", view.key, err)
+		return nil, fmt.Errorf("the reasons of %s: %w", view.key, err)
 	}
 	scope := endpoints.Scope{Namespace: view.key.Namespace, Service: view.key.Name, Node: p.nodeName}
 	changes, err := endpoints.Plan(scope, view.existing, desired, planOptions())
 	if err != nil {
-		return fmt.Errorf("planning the slices of %s: %w", view.key, err)
+		return nil, fmt.Errorf("planning the slices of %s: %w", view.key, err)
 	}
-	p.reportCollisions(view.swh, changes.Collisions)
+	evs := p.collisionEvents(view.swh, changes.Collisions)
 	changedAt, hadChange := p.targets.takeChanged(view.key)
 	if !changes.Empty() {
 		trigger := time.Now()
@@ -230,14 +233,13 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 				// The retry's writes carry the same trigger and delay.
 				p.targets.restoreChanged(view.key, changedAt)
 			}
-			return err
+			return evs, err
 		}
 		if hadChange {
 			p.metrics.observeDelay(time.Since(changedAt))
 		}
 	}
-	p.reportTransitions(ctx, view.swh, view.existing, desired, why)
-	return nil
+	return append(evs, p.endpointEvents(view.swh, view.existing, desired, why)...), nil
 }
 
 // selectedPods lists the pods of the node the resource selects that can be

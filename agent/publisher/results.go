@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -32,9 +33,9 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 			FieldPath: fmt.Sprintf("spec.healthcheck.probes[%d]", r.Key.Probe),
 		}
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Key.Resource.Namespace, Name: o.pod, UID: r.Key.Pod}
-		action := p.told.seriesAction(eventKey(regarding, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonProbeMisconfigured), "Probe:"+string(r.Result.Reason))
-		p.recorder.Eventf(regarding, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonProbeMisconfigured, action, "%s",
-			eventNote(fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.nodeName, r.Result.Message)))
+		p.emit(context.Background(), nil, []event{{regarding: regarding, related: related, eventtype: corev1.EventTypeWarning,
+			reason: swhv1alpha1.EventReasonProbeMisconfigured, action: "Probe:" + string(r.Result.Reason),
+			note: fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.nodeName, r.Result.Message)}})
 	}
 	switch {
 	case o.flipped:

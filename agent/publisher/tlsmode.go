@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/probes/postgresql"
@@ -61,13 +60,13 @@ func (c *tlsConflicts) forget(resource types.NamespacedName) {
 	delete(c.reported, resource)
 }
 
-// reportTLSConflicts reports the PostgreSQL probes of a resource whose spec
+// tlsConflictEvents tells the PostgreSQL probes of a resource whose spec
 // sets a tlsMode that differs from the one their Secret holds (the spec's
-// is used), with an event and a log line once per change. It reads only
+// is used), once per change. It reads only
 // what the probes already read: a Secret not read yet conflicts with
 // nothing, and its first read brings the resource back here (see
 // secretTLSModeChanged).
-func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) {
+func (p *Publisher) tlsConflictEvents(swh *swhv1alpha1.ServiceWithHealthchecks) []event {
 	type conflict struct {
 		secret types.NamespacedName
 		action string
@@ -93,12 +92,14 @@ func (p *Publisher) reportTLSConflicts(ctx context.Context, swh *swhv1alpha1.Ser
 		}
 	}
 	key := client.ObjectKeyFromObject(swh)
+	var out []event
 	for _, i := range p.probers.conflicts.update(key, current) {
 		c := found[i]
-		log.FromContext(ctx).Info("tlsMode conflict: the spec's is used", "probe", i, "note", current[i])
 		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: c.secret.Namespace, Name: c.secret.Name}
-		p.recorder.Eventf(swh, related, corev1.EventTypeWarning, swhv1alpha1.EventReasonTLSModeConflict, c.action, "%s", eventNote(current[i]))
+		out = append(out, event{related: related, eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonTLSModeConflict,
+			action: c.action, note: current[i]})
 	}
+	return out
 }
 
 // tlsConflictNote says that probe i of resource name sets a tlsMode that
