@@ -61,7 +61,8 @@ type servicePass struct {
 	swh *swhv1alpha1.ServiceWithHealthchecks
 	// svc is the Service as last read or written; nil while none exists.
 	svc *corev1.Service
-	// before is the Service as the pass found it.
+	// before is the Service as the pass found it, less a selector it put
+	// back: what a value the spec drops is judged against (see putBack).
 	before *corev1.Service
 	// fieldOwner is the controller's server-side apply field manager.
 	fieldOwner string

@@ -174,7 +174,8 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 			if pb.done || err != nil {
 				return pb.state, err
 			}
-			p.svc, p.removedSelector, p.selectorReverted = pb.svc, pb.drift.selector, true
+			// What the apply then finds is the Service without the selector.
+			p.svc, p.before, p.removedSelector, p.selectorReverted = pb.svc, pb.svc, pb.drift.selector, true
 		case stepApply:
 			applied, st, err := r.apply(ctx, swh, p.svc, p.adopting, d.owned)
 			if applied == nil {
