@@ -8,6 +8,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/swh-dev/swh/endpoints"
 )
 
 // sliceWrites sums the agent's slice writes.
@@ -35,12 +37,17 @@ func readyPods(ctx context.Context, b testing.TB, ns, name string) map[string]bo
 	if err := controlPlane.Client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
 		b.Fatal(err)
 	}
+	return readyOn(list.Items, "")
+}
+
+// readyOn returns the pods the agents' slices publish ready on port (any
+// port when ""), as endpoints.Read reads them.
+func readyOn(list []discoveryv1.EndpointSlice, port string) map[string]bool {
 	out := map[string]bool{}
-	for _, s := range list.Items {
-		for _, ep := range s.Endpoints {
-			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				out[ep.TargetRef.Name] = true
-			}
+	published, _ := endpoints.Read(list, endpoints.Options{}) // valid options: no error
+	for _, p := range published {
+		if p.Ready && p.Pod != nil && (port == "" || p.Port == port) {
+			out[p.Pod.Name] = true
 		}
 	}
 	return out

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -152,17 +153,19 @@ func startLoad(ctx context.Context, b *testing.B, ns string, n int) {
 		if err := controlPlane.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
 			return err
 		}
-		ready, example := 0, ""
+		var load []discoveryv1.EndpointSlice
 		for _, s := range list.Items {
-			if !strings.HasPrefix(s.Labels[discoveryv1.LabelServiceName], "load-") {
-				continue
+			if strings.HasPrefix(s.Labels[discoveryv1.LabelServiceName], "load-") {
+				load = append(load, s)
 			}
-			for _, ep := range s.Endpoints {
-				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-					ready++
-				} else if example == "" {
-					example = fmt.Sprintf("%s: %v", s.Name, s.Annotations)
-				}
+		}
+		ready, example := 0, ""
+		published, _ := endpoints.Read(load, endpoints.Options{}) // valid options: no error
+		for _, p := range published {
+			if p.Ready {
+				ready++
+			} else if example == "" {
+				example = fmt.Sprintf("%s on port %q of node %s (serving %t, terminating %t)", p.Key, p.Port, p.Node, p.Serving, p.Terminating)
 			}
 		}
 		if ready != n {
@@ -217,18 +220,11 @@ func (r *readyWatch) untilPort(b *testing.B, port string, want func(map[string]b
 			} else {
 				r.slices[s.Name] = s
 			}
-			ready := map[string]bool{}
+			list := make([]discoveryv1.EndpointSlice, 0, len(r.slices))
 			for _, sl := range r.slices {
-				if port != "" && !slices.ContainsFunc(sl.Ports, func(p discoveryv1.EndpointPort) bool { return p.Name != nil && *p.Name == port }) {
-					continue
-				}
-				for _, ep := range sl.Endpoints {
-					if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-						ready[ep.TargetRef.Name] = true
-					}
-				}
+				list = append(list, *sl)
 			}
-			if want(ready) {
+			if want(readyOn(list, port)) {
 				return at
 			}
 		case <-timeout:

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +68,6 @@ type Cluster struct {
 
 	// procs holds the processes and namespaces the cluster started.
 	procs   *process.Group
-	mu      sync.Mutex
 	stopped bool
 }
 

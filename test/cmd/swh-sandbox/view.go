@@ -256,6 +256,18 @@ func (s *state) refresh(ctx context.Context) []transition {
 	// Table and endpoint states.
 	byRow := map[[3]string]*row{}
 	current := map[endpointKey]string{}
+	rowOf := func(res, portLabel, node string) *row {
+		k := [3]string{res, portLabel, node}
+		r := byRow[k]
+		if r == nil {
+			r = &row{resource: res, port: portLabel, node: node}
+			byRow[k] = r
+		}
+		return r
+	}
+	// A row per slice, empty ones included; the endpoints as endpoints.Read
+	// reads each resource's slices (a dual-stack pod once).
+	byResource := map[string][]discoveryv1.EndpointSlice{}
 	for _, sl := range slices.Items {
 		res := sl.Labels[discoveryv1.LabelServiceName]
 		port := ""
@@ -271,23 +283,23 @@ func (s *state) refresh(ctx context.Context) []transition {
 		if len(sl.Endpoints) > 0 && sl.Endpoints[0].NodeName != nil {
 			node = *sl.Endpoints[0].NodeName
 		}
-		k := [3]string{res, portLabel, node}
-		r := byRow[k]
-		if r == nil {
-			r = &row{resource: res, port: portLabel, node: node}
-			byRow[k] = r
-		}
-		for _, ep := range sl.Endpoints {
+		rowOf(res, portLabel, node)
+		byResource[res] = append(byResource[res], sl)
+	}
+	for res, list := range byResource {
+		published, _ := endpoints.Read(list, endpoints.Options{}) // valid options: no error
+		for _, p := range published {
+			r := rowOf(res, s.portLabels[[2]string{res, p.Port}], p.Node)
 			name := "?"
-			if ep.TargetRef != nil {
-				name = ep.TargetRef.Name
+			if p.Pod != nil {
+				name = p.Pod.Name
 			}
 			st := "ready"
 			switch {
-			case ep.Conditions.Terminating != nil && *ep.Conditions.Terminating:
+			case p.Terminating:
 				st = "terminating"
 				name += " (terminating)"
-			case ep.Conditions.Ready != nil && !*ep.Conditions.Ready:
+			case !p.Ready:
 				st = "not ready"
 				name += " (not ready)"
 			default:
@@ -295,8 +307,8 @@ func (s *state) refresh(ctx context.Context) []transition {
 			}
 			r.total++
 			r.endpoints = append(r.endpoints, name)
-			if ep.TargetRef != nil {
-				current[endpointKey{res, port, node, ep.TargetRef.Name}] = st
+			if p.Pod != nil {
+				current[endpointKey{res, p.Port, p.Node, p.Pod.Name}] = st
 			}
 		}
 	}
