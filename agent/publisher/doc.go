@@ -8,14 +8,16 @@
 // are published at once; a restarted agent starts every target that is
 // published ready as healthy, so a restart never withdraws traffic.
 //
-// A reconcile (publisher.go) reads the resource, its Service, the node,
-// the pods and the slices; syncs the probe targets (targetsync.go, over
-// the table of targets.go, started from what is published: startstate.go,
-// at the resource's phase: phase.go); turns the targets' verdicts into
-// verdicts and causes per pod and port (publisher.go, events.go); builds,
-// annotates (reasons.go) and writes the slices; syncs the readiness gates
-// (readinessgate.go); and reports the news as events (events.go, with
-// eventmemory.go). Probe results arrive on the probes' goroutines
-// (results.go) and reach the controller's queue through flipqueue.go.
-// Probers and their credentials: probers.go, secrets.go, tlsmode.go.
+// A reconcile (Reconcile, publisher.go) is a pipeline of stages, each in a
+// file of its name: read (read.go) the resource, its Service, the node, the
+// pods and the slices; sync the probe targets (targetsync.go, over the
+// table of targets.go, started from what is published: startstate.go, at
+// the resource's phase: phase.go); turn the targets' state into verdicts
+// and causes per pod and port (verdicts.go); build, annotate (reasons.go),
+// plan and write the slices (publish.go); emit the events the stages
+// returned (events.go, remembering what was told in eventmemory.go); sync
+// the readiness gates (readinessgate.go). Probe results arrive on the
+// probes' goroutines (results.go) and reach the controller's queue through
+// flipqueue.go. Probers and their credentials: probers.go, secrets.go,
+// tlsmode.go; slice names another slice holds: collisions.go.
 package publisher

@@ -1,0 +1,146 @@
+package publisher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
+)
+
+// planOptions make the reasons annotation part of what Plan compares.
+func planOptions() endpoints.Options {
+	return endpoints.Options{OwnedAnnotations: []string{swhv1alpha1.AnnotationEndpointReasons}}
+}
+
+// publish builds the desired slices, with their reasons, plans the writes
+// against the existing ones and makes them; it returns the events that
+// tell the collisions and the transitions, also without a write (a reason
+// can change while the slices do not).
+func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []endpoints.PodVerdicts, why notReadyReasons) ([]event, error) {
+	desired, err := endpoints.Build(view.service, endpoints.NodeFrom(view.node), verdicts, endpoints.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("building the slices of %s: %w", view.key, err)
+	}
+	if err := annotateReasons(desired, view.existing, why, time.Now()); err != nil {
+		return nil, fmt.Errorf("the reasons of %s: %w", view.key, err)
+	}
+	scope := endpoints.Scope{Namespace: view.key.Namespace, Service: view.key.Name, Node: p.nodeName}
+	changes, err := endpoints.Plan(scope, view.existing, desired, planOptions())
+	if err != nil {
+		return nil, fmt.Errorf("planning the slices of %s: %w", view.key, err)
+	}
+	evs := p.collisionEvents(view.swh, changes.Collisions)
+	changedAt, hadChange := p.targets.takeChanged(view.key)
+	if !changes.Empty() {
+		trigger := time.Now()
+		if hadChange {
+			trigger = changedAt
+		}
+		if err := p.write(ctx, view.key, changes, trigger); err != nil {
+			if hadChange {
+				// The retry's writes carry the same trigger and delay.
+				p.targets.restoreChanged(view.key, changedAt)
+			}
+			return evs, err
+		}
+		if hadChange {
+			p.metrics.observeDelay(time.Since(changedAt))
+		}
+	}
+	return append(evs, p.endpointEvents(view.swh, view.existing, desired, why)...), nil
+}
+
+// write applies the plan: creates, then updates, then deletes, so traffic
+// moves to new slices before old ones go. A conflict or a name taken in the
+// meantime returns an error: the requeue plans again from fresh data, with
+// the holder of a taken name read in (see withHolders).
+func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, changes endpoints.Changes, trigger time.Time) error {
+	stamp := trigger.UTC().Format(time.RFC3339)
+	var errs []error
+	for i := range changes.Create {
+		s := &changes.Create[i]
+		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
+		err := retry(ctx, func() error { return p.client.Create(ctx, s) })
+		p.metrics.sliceWrite("create", err)
+		if apierrors.IsAlreadyExists(err) {
+			p.takenSliceNames.add(resource, s.Name)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("creating slice %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	for i := range changes.Update {
+		s := &changes.Update[i]
+		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
+		err := retry(ctx, func() error { return p.client.Update(ctx, s) })
+		p.metrics.sliceWrite("update", err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("updating slice %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	for i := range changes.Delete {
+		s := &changes.Delete[i]
+		err := retry(ctx, func() error {
+			return p.client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
+		})
+		if apierrors.IsNotFound(err) {
+			err = nil
+		}
+		p.metrics.sliceWrite("delete", err)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("deleting slice %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		log.FromContext(ctx).V(1).Info("slice writes failed; planning again", "error", err.Error())
+		return err
+	}
+	return nil
+}
+
+// retry runs a write again with exponential backoff while the API server
+// fails in a way that may pass (timeouts, throttling, unavailability), for a
+// few seconds at most. Answers that will not change by retrying (a
+// conflict, a taken name, a refusal) return at once: the reconcile then
+// plans again from fresh data. Probing goes on meanwhile: it runs on the
+// scheduler's goroutines, not here.
+func retry(ctx context.Context, write func() error) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = time.Second
+	b.MaxElapsedTime = 5 * time.Second
+	return backoff.Retry(func() error {
+		err := write()
+		if err == nil || !transient(err) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+func transient(err error) bool {
+	return apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) || apierrors.IsUnexpectedServerError(err) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+func setAnnotation(obj metav1.Object, key, value string) {
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	a[key] = value
+	obj.SetAnnotations(a)
+}
