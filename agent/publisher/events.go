@@ -53,7 +53,7 @@ type event struct {
 	// regarding is what the event is about when it is not the resource
 	// itself (one of its probes); nil for the resource.
 	regarding *corev1.ObjectReference
-	// related is the pod, slice or Secret the event is about.
+	// related is the pod, slice or Secret the event is about; nil for none.
 	related   *corev1.ObjectReference
 	eventtype string
 	reason    string
@@ -75,9 +75,15 @@ func (p *Publisher) emit(ctx context.Context, swh *swhv1alpha1.ServiceWithHealth
 		if e.regarding != nil {
 			regarding, key = e.regarding, e.regarding
 		}
-		logger.Info("event", "type", e.eventtype, "reason", e.reason, "related", e.related.Name, "note", e.note)
+		// A nil reference must reach the recorder as a nil interface.
+		var related runtime.Object
+		relatedName := ""
+		if e.related != nil {
+			related, relatedName = e.related, e.related.Name
+		}
+		logger.Info("event", "type", e.eventtype, "reason", e.reason, "related", relatedName, "note", e.note)
 		action := p.told.seriesAction(eventKey(key, e.related, e.eventtype, e.reason), e.action)
-		p.recorder.Eventf(regarding, e.related, e.eventtype, e.reason, action, "%s", eventNote(e.note))
+		p.recorder.Eventf(regarding, related, e.eventtype, e.reason, action, "%s", eventNote(e.note))
 	}
 }
 

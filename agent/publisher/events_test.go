@@ -1,6 +1,7 @@
 package publisher
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/endpoints"
@@ -151,5 +153,32 @@ func TestEventsAsValues(t *testing.T) {
 	}
 	if got := p.collisionEvents(swh, collision); len(got) != 0 {
 		t.Errorf("the same collision told again: %+v", got)
+	}
+}
+
+// TestEmit: emit records every event with its type, reason and a note the
+// API server takes, on the resource or on what the event regards, also one
+// that relates to nothing.
+func TestEmit(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	p := &Publisher{recorder: rec}
+	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
+	probe := &corev1.ObjectReference{Kind: "ServiceWithHealthchecks", Namespace: "ns", Name: "web", FieldPath: "spec.healthcheck.probes[0]"}
+	pod := &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "web-1"}
+	p.emit(context.Background(), swh, []event{
+		{related: pod, eventtype: corev1.EventTypeNormal, reason: swhv1alpha1.EventReasonEndpointReady, action: "PublishEndpoints:http", note: "ready"},
+		{eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonSliceNameTaken, action: "PublishEndpoints", note: strings.Repeat("x", 2*swhv1alpha1.MaxEventNoteBytes)},
+	})
+	p.emit(context.Background(), nil, []event{{regarding: probe, related: pod, eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonProbeMisconfigured, action: "Probe:secret", note: "no Secret"}})
+	want := []string{"Normal EndpointReady ready", "Warning SliceNameTaken x", "Warning ProbeMisconfigured no Secret"}
+	for i, w := range want {
+		select {
+		case got := <-rec.Events:
+			if !strings.HasPrefix(got, w) || len(got) > len(w)+swhv1alpha1.MaxEventNoteBytes {
+				t.Errorf("event %d: %q, want %q (a note within the API's limit)", i, got, w)
+			}
+		default:
+			t.Fatalf("event %d: none, want %q", i, w)
+		}
 	}
 }

@@ -34,8 +34,8 @@ const (
 	stepRevertForeign
 )
 
-// maxServiceSteps bounds the decisions of one pass: one per step, and the
-// last.
+// maxServiceSteps bounds the decisions of one pass: at most one per step
+// (remove-selector and revert-selector never both), and the last.
 const maxServiceSteps = 5
 
 func (s serviceStep) String() string {

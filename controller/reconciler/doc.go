@@ -28,9 +28,9 @@
 // and StaleSlices deletes the agents' slices that nobody will update any
 // more: their node is gone, or their port or address family is no longer
 // the child Service's (the agents publish what the Service says, not the
-// spec). It judges ports and families only while the status says the spec
-// is applied; a deletion it may not make is an event, retried every
-// minute.
+// spec). It judges ports and families against the Service as the API
+// server has it, and not while the status says the spec or a write was
+// refused; a deletion it may not make is an event, retried every minute.
 //
 // The agents own the slices of their nodes; this package never creates or
 // updates one, and deletes only those no agent will update any more.

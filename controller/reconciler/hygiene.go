@@ -6,6 +6,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,6 +53,45 @@ func staleSlices(svc *corev1.Service, slices []discoveryv1.EndpointSlice, nodeLa
 		}
 	}
 	return out
+}
+
+// findStale returns the agents' slices of svc's resource that no agent will
+// update, with the reason (see staleSlices). What the cache says is checked
+// with the API server before a slice is called stale: a node the cache
+// lacks (its watch was down), and a port or address family the cached
+// Service lacks (an agent may already publish what a newer Service says).
+func findStale(ctx context.Context, cache, api client.Reader, svc *corev1.Service, slices []discoveryv1.EndpointSlice, judgePorts bool) (map[*discoveryv1.EndpointSlice]string, error) {
+	nodes := &metav1.PartialObjectMetadataList{}
+	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
+	if err := cache.List(ctx, nodes); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	nodeLabels := make(map[string]bool, len(nodes.Items))
+	for i := range nodes.Items {
+		nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
+	}
+	if missingNode(svc, slices, nodeLabels) {
+		if err := api.List(ctx, nodes); err != nil {
+			return nil, fmt.Errorf("listing nodes from the API server: %w", err)
+		}
+		for i := range nodes.Items {
+			nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
+		}
+	}
+	stale := staleSlices(svc, slices, nodeLabels, judgePorts)
+	if !judgePorts || len(stale) == len(staleSlices(svc, slices, nodeLabels, false)) {
+		return stale, nil
+	}
+	fresh := &corev1.Service{}
+	err := api.Get(ctx, client.ObjectKeyFromObject(svc), fresh)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && fresh.UID != svc.UID):
+		// Gone or replaced: its slices go with it (the garbage collector).
+		return staleSlices(svc, slices, nodeLabels, false), nil
+	case err != nil:
+		return nil, fmt.Errorf("reading Service %s/%s from the API server: %w", svc.Namespace, svc.Name, err)
+	}
+	return staleSlices(fresh, slices, nodeLabels, true), nil
 }
 
 // missingNode reports whether an agent's slice of the Service names a node

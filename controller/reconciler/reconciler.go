@@ -69,7 +69,8 @@ type serviceState struct {
 	after time.Duration
 }
 
-// Reconcile brings one resource's Service, slices and status in line.
+// Reconcile brings one resource's Service and status in line, and deletes
+// the built-in controller's slices an adoption or a selector left.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	swh := &swhv1alpha1.ServiceWithHealthchecks{}
 	if err := r.Client.Get(ctx, req.NamespacedName, swh); err != nil {
@@ -101,7 +102,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if svc != nil && ownedBy(svc, swh) {
-		cond, requeue, err = r.cleanUpBuiltin(ctx, swh, published, cond, requeue)
+		cond, requeue, err = r.cleanUpBuiltin(ctx, swh, svc, published, cond, requeue)
 		if apierrors.IsForbidden(err) {
 			cond, err = r.forbidden(cond, err), nil
 		}
@@ -227,7 +228,7 @@ func (r *Reconciler) apply(ctx context.Context, swh *swhv1alpha1.ServiceWithHeal
 // cleanUpBuiltin does what decideCleanup says is left to do about the
 // built-in controller's slices of an owned Service, and returns the
 // condition and wait that follow.
-func (r *Reconciler) cleanUpBuiltin(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, agentSlices []discoveryv1.EndpointSlice, cond metav1.Condition, requeue time.Duration) (metav1.Condition, time.Duration, error) {
+func (r *Reconciler) cleanUpBuiltin(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, agentSlices []discoveryv1.EndpointSlice, cond metav1.Condition, requeue time.Duration) (metav1.Condition, time.Duration, error) {
 	var err error
 	step := decideCleanup(cond, wasForbidden(swh))
 	if step == cleanupLookForLeftovers {
@@ -238,7 +239,19 @@ func (r *Reconciler) cleanUpBuiltin(ctx context.Context, swh *swhv1alpha1.Servic
 	}
 	switch step {
 	case cleanupAfterAdoption:
-		cond, err = r.finishAdoption(ctx, swh, agentSlices, cond)
+		// Only slices an agent still updates say that the agents publish:
+		// not those of a node just deleted, not yet collected.
+		var stale map[*discoveryv1.EndpointSlice]string
+		if stale, err = findStale(ctx, r.Client, r.APIReader, svc, agentSlices, true); err != nil {
+			return cond, requeue, err
+		}
+		live := make([]discoveryv1.EndpointSlice, 0, len(agentSlices))
+		for i := range agentSlices {
+			if _, isStale := stale[&agentSlices[i]]; !isStale {
+				live = append(live, agentSlices[i])
+			}
+		}
+		cond, err = r.finishAdoption(ctx, swh, live, cond)
 	case cleanupAfterSelector:
 		var recheck time.Duration
 		cond, recheck, err = r.finishSelectorRemoval(ctx, swh, cond)

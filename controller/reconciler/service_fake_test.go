@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/endpoints"
 )
 
 var (
@@ -284,4 +286,46 @@ func deletedResourcesService() *corev1.Service {
 	svc.OwnerReferences = []metav1.OwnerReference{{APIVersion: swhv1alpha1.GroupVersion.String(), Kind: "ServiceWithHealthchecks",
 		Name: "web", UID: "uid-web-before", Controller: new(true), BlockOwnerDeletion: new(true)}}
 	return svc
+}
+
+// TestAdoptionCountsOnlyLiveSlices: an adoption finishes once the agents
+// publish a ready endpoint, and a slice of a node just deleted (not yet
+// collected) is not the agents publishing.
+func TestAdoptionCountsOnlyLiveSlices(t *testing.T) {
+	for _, nodeExists := range []bool{false, true} {
+		t.Run(fmt.Sprintf("node exists %v", nodeExists), func(t *testing.T) {
+			swh := webResource(map[string]string{swhv1alpha1.AnnotationAdopt: "true"})
+			swh.Status.Conditions = []metav1.Condition{{Type: swhv1alpha1.ConditionServiceSynced, Status: metav1.ConditionTrue,
+				Reason: swhv1alpha1.ReasonAdopting, Message: "adopted", ObservedGeneration: 1, LastTransitionTime: metav1.Now()}}
+			svc := appliedService(t, swh)
+			svc.ResourceVersion = ""
+			port, node, ready := "http", "n1", true
+			agent := &discoveryv1.EndpointSlice{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-http-n1", Labels: map[string]string{
+					discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy, endpoints.DefaultNodeLabel: node}},
+				AddressType: discoveryv1.AddressTypeIPv4, Ports: []discoveryv1.EndpointPort{{Name: &port}},
+				Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}, NodeName: &node, Conditions: discoveryv1.EndpointConditions{Ready: &ready},
+					TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1", UID: "uid-web-1"}}},
+			}
+			objs := []client.Object{swh, svc, agent, builtinSlice(), webPod()}
+			if nodeExists {
+				objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}})
+			}
+			w := newFakeWorld(t, interceptor.Funcs{}, objs...)
+			if _, err := w.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			err := w.c.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: builtinSlice().Name}, &discoveryv1.EndpointSlice{})
+			if kept := err == nil; kept == nodeExists {
+				t.Errorf("built-in slice kept: %v (%v); want it deleted only when the agent's node exists", kept, err)
+			}
+			want := swhv1alpha1.ReasonAdopting
+			if nodeExists {
+				want = swhv1alpha1.ReasonSynced
+			}
+			if c := w.synced(t); c == nil || c.Reason != want {
+				t.Errorf("ServiceSynced %+v, want %s", c, want)
+			}
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -22,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
-	"github.com/swh-dev/swh/endpoints"
 )
 
 // StaleSlices deletes the agents' slices of a resource that no agent will
@@ -81,9 +81,10 @@ func (c *StaleSlices) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 }
 
 // judgePorts reports whether the resource's slices may be judged by their
-// port and address family: not while the API server refuses the spec or a
-// write of the controller (the Service and the spec disagree), when only
-// the slices of gone nodes go.
+// port and address family: not while its status says the API server
+// refused the spec or a write of the controller (the Service and the spec
+// disagree), when only the slices of gone nodes go. The status may lag;
+// the judging itself reads the live Service (findStale).
 func judgePorts(swh *swhv1alpha1.ServiceWithHealthchecks) bool {
 	c := meta.FindStatusCondition(swh.Status.Conditions, swhv1alpha1.ConditionServiceSynced)
 	return c == nil || (c.Reason != swhv1alpha1.ReasonServiceRejected && c.Reason != swhv1alpha1.ReasonForbidden)
@@ -93,28 +94,12 @@ func judgePorts(swh *swhv1alpha1.ServiceWithHealthchecks) bool {
 // deletion keeps the slice, the others are still tried, and it is returned
 // as the error.
 func (c *StaleSlices) collect(ctx context.Context, svc *corev1.Service, slices []discoveryv1.EndpointSlice, judgePorts bool) error {
-	nodes := &metav1.PartialObjectMetadataList{}
-	nodes.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NodeList"))
-	if err := c.Client.List(ctx, nodes); err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
-	}
-	nodeLabels := make(map[string]bool, len(nodes.Items))
-	for i := range nodes.Items {
-		nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
-	}
-	if missingNode(svc, slices, nodeLabels) {
-		// The cache can lag behind a node created while its watch was down
-		// (an API server restart): ask the API server before deleting the
-		// slices of a node that may well exist.
-		if err := c.APIReader.List(ctx, nodes); err != nil {
-			return fmt.Errorf("listing nodes from the API server: %w", err)
-		}
-		for i := range nodes.Items {
-			nodeLabels[endpoints.NodeLabelValue(nodes.Items[i].Name)] = true
-		}
+	stale, err := findStale(ctx, c.Client, c.APIReader, svc, slices, judgePorts)
+	if err != nil {
+		return err
 	}
 	var forbidden error
-	for s, reason := range staleSlices(svc, slices, nodeLabels, judgePorts) {
+	for s, reason := range stale {
 		// Preconditions: never delete a slice that changed since it was read.
 		err := c.Client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
 		if apierrors.IsForbidden(err) {
@@ -142,6 +127,8 @@ func (c *StaleSlices) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("staleslices").
+		// A node deletion wakes every resource; each may ask the API server.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		For(&swhv1alpha1.ServiceWithHealthchecks{}).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(sameName)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceOwner)).

@@ -54,3 +54,44 @@ func TestStaleNodeCache(t *testing.T) {
 		t.Error("the slice of node gone, which nobody has, was kept")
 	}
 }
+
+// TestStaleSliceOfANewerService: the cached Service lacks a port the API
+// server's already has (an apply the cache has not seen): the agent that
+// publishes the new port keeps its slice. A port neither has goes.
+func TestStaleSliceOfANewerService(t *testing.T) {
+	service := func(ports ...string) *corev1.Service {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "uid-svc"},
+			Spec: corev1.ServiceSpec{IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}}}
+		for i, p := range ports {
+			svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: p, Port: int32(80 + i)})
+		}
+		return svc
+	}
+	slice := func(name, port string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{
+				discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy, endpoints.DefaultNodeLabel: "a"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: &port}},
+		}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+	cached := service("http")
+	cache := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(slice("web-http-a", "http"), slice("web-admin-a", "admin"), slice("web-old-a", "old"), node).Build()
+	api := fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(service("http", "admin"), node).Build()
+	c := &StaleSlices{Client: cache, APIReader: api}
+	ctx := context.Background()
+	var list discoveryv1.EndpointSliceList
+	if err := cache.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.collect(ctx, cached, list.Items, true); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"web-http-a": true, "web-admin-a": true, "web-old-a": false} {
+		err := cache.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, &discoveryv1.EndpointSlice{})
+		if got := err == nil; got != want {
+			t.Errorf("slice %s kept: %v, want %v (%v)", name, got, want, err)
+		}
+	}
+}
