@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/swh-dev/swh/probes/internal/testca"
+	"github.com/swh-dev/swh/probes/internal/testnet"
 )
 
 // Every test talks to 127.0.0.1 or [::1] only, and must leave no goroutine
@@ -93,87 +94,6 @@ var loopbacks = []struct{ name, network, host string }{
 	{"ipv6", "tcp6", "::1"},
 }
 
-// listen opens a listener on a loopback address, skipping the test when the
-// address family is not available.
-func listen(t testing.TB, network, host string) net.Listener {
-	t.Helper()
-	l, err := net.Listen(network, net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Skipf("no %s loopback: %v", network, err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
-}
-
-func targetOf(t testing.TB, l net.Listener) Target {
-	t.Helper()
-	ap, err := netAddrPort(l.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return TargetFrom(ap)
-}
-
-// refusedTarget returns a loopback port nothing listens on.
-func refusedTarget(t testing.TB, network, host string) Target {
-	t.Helper()
-	l := listen(t, network, host)
-	target := targetOf(t, l)
-	l.Close()
-	return target
-}
-
-// silentListener accepts connections and never writes to them, until the
-// test ends.
-func silentListener(t testing.TB, network, host string) Target {
-	t.Helper()
-	l := listen(t, network, host)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return targetOf(t, l)
-}
-
-// serve accepts connections and hands each to handle, until the test
-// ends.
-func serve(t testing.TB, l net.Listener, handle func(net.Conn)) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			handle(c)
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-}
-
-// ctxTimeout returns a context that expires after d.
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // ca is a throw-away certificate authority (testca, shared by the
 // module's tests).
 type ca = testca.CA
@@ -208,3 +128,15 @@ func wantReason(t testing.TB, got Result, status Status, reason Reason) {
 		t.Errorf("Err = %v for a %s", got.Err, status)
 	}
 }
+
+// The loopback servers the tests probe (see testnet).
+func listen(t testing.TB, network, host string) net.Listener { return testnet.Listen(t, network, host) }
+func targetOf(t testing.TB, l net.Listener) Target           { return TargetFrom(testnet.AddrPort(t, l)) }
+func refusedTarget(t testing.TB, network, host string) Target {
+	return TargetFrom(testnet.Refused(t, network, host))
+}
+func silentListener(t testing.TB, network, host string) Target {
+	return TargetFrom(testnet.Silent(t, network, host))
+}
+func serve(t testing.TB, l net.Listener, handle func(net.Conn)) { testnet.Serve(t, l, handle) }
+func ctxTimeout(t testing.TB, d time.Duration) context.Context  { return testnet.Context(t, d) }

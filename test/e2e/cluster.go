@@ -380,10 +380,7 @@ func waitHTTP(ctx context.Context, url string, p *Proc) error {
 
 // attach links ns to the bridge with address ip.
 func (c *Cluster) attach(ns *netns.Namespace, veth, ip string) error {
-	if err := world("link add "+veth+" type veth peer name eth0 netns "+ns.Path(), "link set "+veth+" master "+bridgeName+" up"); err != nil {
-		return err
-	}
-	return ns.IP("addr add "+ip+"/24 dev eth0", "link set eth0 up")
+	return process.Attach(ns, bridgeName, veth, ip+"/24")
 }
 
 // addNode creates node i: its namespace on the bridge, routes to every pod
@@ -398,21 +395,15 @@ func (c *Cluster) addNode(i int) error {
 	if err := c.attach(ns, nodeVeth(i), n.IP); err != nil {
 		return err
 	}
-	cmds := []string{"route add default via " + worldIP}
-	for j := 1; j <= nodeCount; j++ {
-		if j != i {
-			cmds = append(cmds, "route add "+podCIDR(j)+" via "+nodeIP(j))
-		}
-	}
-	if err := ns.IP(cmds...); err != nil {
-		return err
-	}
-	if err := ns.Sysctl("net/ipv4/ip_forward", "1"); err != nil {
-		return err
-	}
 	// The world (kube-apiserver, the harness's own PostgreSQL queries)
 	// reaches pods through their node.
-	if err := world("route add " + podCIDR(i) + " via " + n.IP); err != nil {
+	routes := map[string]string{}
+	for j := 1; j <= nodeCount; j++ {
+		if j != i {
+			routes[podCIDR(j)] = nodeIP(j)
+		}
+	}
+	if err := process.RouteNode(ns, n.IP, worldIP, podCIDR(i), routes); err != nil {
 		return err
 	}
 	n.Client, err = n.addPodAt("client-"+n.Name, clientPodIP(i))

@@ -25,22 +25,16 @@ func (c *Cluster) addNode(i, count int) error {
 	}
 	n := &Node{Index: i, Name: nodeName(i), IP: nodeIP(i), NS: ns, c: c, dir: filepath.Join(c.dir, nodeName(i))}
 	c.Nodes = append(c.Nodes, n)
-	if err := world("link add "+nodeVeth(i)+" type veth peer name eth0 netns "+ns.Path(), "link set "+nodeVeth(i)+" master "+bridgeName+" up"); err != nil {
+	if err := process.Attach(ns, bridgeName, nodeVeth(i), n.IP+"/24"); err != nil {
 		return err
 	}
-	cmds := []string{"addr add " + n.IP + "/24 dev eth0", "link set eth0 up", "route add default via " + worldIP}
+	routes := map[string]string{}
 	for j := 1; j <= count; j++ {
 		if j != i {
-			cmds = append(cmds, "route add "+podCIDR(j)+" via "+nodeIP(j))
+			routes[podCIDR(j)] = nodeIP(j)
 		}
 	}
-	if err := ns.IP(cmds...); err != nil {
-		return err
-	}
-	if err := ns.Sysctl("net/ipv4/ip_forward", "1"); err != nil {
-		return err
-	}
-	if err := world("route add " + podCIDR(i) + " via " + n.IP); err != nil {
+	if err := process.RouteNode(ns, n.IP, worldIP, podCIDR(i), routes); err != nil {
 		return err
 	}
 	return n.addClient()

@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -242,4 +244,33 @@ func WaitLinksGone(ctx context.Context, parts ...string) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// Attach joins ns to the world's bridge by a veth pair, named veth on the
+// world's side and eth0 in ns, which gets address (a CIDR such as
+// 10.250.0.11/24).
+func Attach(ns *netns.Namespace, bridge, veth, address string) error {
+	if err := World("link add "+veth+" type veth peer name eth0 netns "+ns.Path(), "link set "+veth+" master "+bridge+" up"); err != nil {
+		return err
+	}
+	return ns.IP("addr add "+address+" dev eth0", "link set eth0 up")
+}
+
+// RouteNode makes ns, attached at nodeIP, a node of a routed pod network:
+// its default route goes through gateway (the world's address on the
+// bridge), each other node's pod range through that node (routes: CIDR to
+// node address), it forwards packets, and the world reaches its own pod
+// range, podCIDR, through it.
+func RouteNode(ns *netns.Namespace, nodeIP, gateway, podCIDR string, routes map[string]string) error {
+	cmds := []string{"route add default via " + gateway}
+	for _, cidr := range slices.Sorted(maps.Keys(routes)) {
+		cmds = append(cmds, "route add "+cidr+" via "+routes[cidr])
+	}
+	if err := ns.IP(cmds...); err != nil {
+		return err
+	}
+	if err := ns.Sysctl("net/ipv4/ip_forward", "1"); err != nil {
+		return err
+	}
+	return World("route add " + podCIDR + " via " + nodeIP)
 }
