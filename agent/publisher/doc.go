@@ -15,7 +15,7 @@
 // the resource's phase: phase.go); turn the targets' state into verdicts
 // and causes per pod and port (verdicts.go); build, annotate (reasons.go),
 // plan and write the slices (publish.go); emit the events the stages
-// returned (events.go, remembering what was told in eventmemory.go); sync
+// returned (events.go; what changed on the slices is news: news.go); sync
 // the readiness gates (readinessgate.go). Probe results arrive on the
 // probes' goroutines (results.go) and reach the controller's queue through
 // flipqueue.go. Probers and their credentials: probers.go, secrets.go,

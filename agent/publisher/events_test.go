@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,30 +46,17 @@ func TestNotReadyClauses(t *testing.T) {
 	}
 }
 
-func TestEventActions(t *testing.T) {
-	c := func(code string) cause { return causeOf(causeFailure, code, "message "+code) }
-	tests := []struct {
-		name, got, want string
-	}{
-		{"ready", readyAction([]portRef{{name: "web"}, {name: "smtp"}}), "PublishEndpoints:smtp,web"},
-		{"ready, unnamed", readyAction([]portRef{{number: 8080}}), "PublishEndpoints:8080"},
-		{"not ready", notReadyAction([]portCause{{portRef{name: "web"}, c("http-status@0")}, {portRef{name: "smtp"}, c("refused@1")}}),
-			"PublishEndpoints:smtp=refused@1,web=http-status@0"},
-		{"not ready, unnamed", notReadyAction([]portCause{{portRef{number: 5432}, c("query-false@0")}}), "PublishEndpoints:5432=query-false@0"},
-	}
-	for _, tt := range tests {
-		if tt.got != tt.want {
-			t.Errorf("%s: got %s, want %s", tt.name, tt.got, tt.want)
+// TestTransitionActionsAreUnique: no two transitions share an action, so
+// the recorder folds none into another.
+func TestTransitionActionsAreUnique(t *testing.T) {
+	p := &Publisher{}
+	seen := map[string]bool{}
+	for range 100 {
+		a := p.transitionAction()
+		if seen[a] || !strings.HasPrefix(a, "PublishEndpoints#") || len(a) > 128 {
+			t.Fatalf("action %q: seen before %t, want a new PublishEndpoints#n within the API's 128 bytes", a, seen[a])
 		}
-	}
-	var many, other []portCause
-	for i := range 20 {
-		many = append(many, portCause{portRef{name: fmt.Sprintf("port-%02d", i)}, c("refused@0")})
-		other = append(other, portCause{portRef{name: fmt.Sprintf("port-%02d", i)}, c("timeout@0")})
-	}
-	long, long2 := notReadyAction(many), notReadyAction(other)
-	if len(long) > maxActionBytes || long == long2 || long != notReadyAction(many) {
-		t.Errorf("long actions %q and %q: at most %d bytes, distinct, stable", long, long2, maxActionBytes)
+		seen[a] = true
 	}
 }
 
@@ -106,8 +94,9 @@ func TestEventNoteFitsTheAPILimit(t *testing.T) {
 }
 
 // TestEventsAsValues: the stages return the events to emit, as values: a
-// pod's failure once (not again while it stays), its recovery, and a
-// collision once.
+// pod's failure once (not again while it stays), its recovery, each with
+// an action of its own; a collision at every reconcile, with the same
+// action, for the recorder to fold.
 func TestEventsAsValues(t *testing.T) {
 	p := &Publisher{nodeName: "node-a"}
 	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
@@ -121,8 +110,15 @@ func TestEventsAsValues(t *testing.T) {
 				TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "web-1", UID: "u1"}}},
 		}}
 	}
+	refusedCause := causeOf(causeFailure, "refused@0", "TCP probe on 80: refused: connection refused")
 	refused := notReadyReasons{}
-	refused.set("u1", "http", causeOf(causeFailure, "refused@0", "TCP probe on 80: refused: connection refused"))
+	refused.set("u1", "http", refusedCause)
+	annotated := func(list []discoveryv1.EndpointSlice) []discoveryv1.EndpointSlice {
+		if err := annotateReasons(list, nil, refused, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		return list
+	}
 	describe := func(evs []event) string {
 		var out []string
 		for _, e := range evs {
@@ -137,10 +133,12 @@ func TestEventsAsValues(t *testing.T) {
 		want          string
 	}{
 		{"ready", slice(false), slice(true), nil,
-			`Normal EndpointReady PublishEndpoints:http web-1: pod web-1 on node node-a is ready on port "http"`},
-		{"refused", slice(true), slice(false), refused,
-			`Warning EndpointNotReady PublishEndpoints:http=refused@0 web-1: pod web-1 on node node-a is not ready on port "http" (TCP probe on 80: refused: connection refused)`},
-		{"still refused: no news", slice(false), slice(false), refused, ""},
+			`Normal EndpointReady PublishEndpoints#1 web-1: pod web-1 on node node-a is ready on port "http"`},
+		{"refused", slice(true), annotated(slice(false)), refused,
+			`Warning EndpointNotReady PublishEndpoints#2 web-1: pod web-1 on node node-a is not ready on port "http" (TCP probe on 80: refused: connection refused)`},
+		{"still refused: no news", annotated(slice(false)), annotated(slice(false)), refused, ""},
+		{"ready again", annotated(slice(false)), slice(true), nil,
+			`Normal EndpointReady PublishEndpoints#3 web-1: pod web-1 on node node-a is ready on port "http"`},
 	}
 	for _, s := range steps {
 		if got := describe(p.endpointEvents(swh, s.before, s.after, s.why)); got != s.want {
@@ -151,8 +149,8 @@ func TestEventsAsValues(t *testing.T) {
 	if got := p.collisionEvents(swh, collision); len(got) != 1 || got[0].reason != swhv1alpha1.EventReasonSliceNameTaken || got[0].related.Name != "web-http" {
 		t.Errorf("collision events %+v, want one SliceNameTaken about web-http", got)
 	}
-	if got := p.collisionEvents(swh, collision); len(got) != 0 {
-		t.Errorf("the same collision told again: %+v", got)
+	if again := p.collisionEvents(swh, collision); len(again) != 1 || again[0].action != "PublishEndpoints" {
+		t.Errorf("the collision told again %+v, want it with the same action", again)
 	}
 }
 

@@ -178,7 +178,7 @@ func TestServiceNotTheResources(t *testing.T) {
 
 // TestNothingKeptOnEitherWayOut: whether the resource is gone or its
 // Service is not its own, the publisher keeps nothing about it: no target,
-// no event memory, no taken slice name, no tlsMode conflict.
+// no taken slice name.
 func TestNothingKeptOnEitherWayOut(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -212,11 +212,8 @@ func TestNothingKeptOnEitherWayOut(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.p.takenSliceNames.add(testKey, "web-http-taken")
-			w.p.probers.conflicts.mu.Lock()
-			w.p.probers.conflicts.reported[testKey] = map[int]string{0: "a conflict"}
-			w.p.probers.conflicts.mu.Unlock()
-			if w.p.targets.len() != 1 || w.p.told.endpoints[testKey] == nil {
-				t.Fatalf("%d targets, event memory %v: want the resource published first", w.p.targets.len(), w.p.told.endpoints[testKey])
+			if w.p.targets.len() != 1 {
+				t.Fatalf("%d targets: want the resource published first", w.p.targets.len())
 			}
 			tt.change(t, w)
 			if err := w.reconcile(t); err != nil {
@@ -227,18 +224,6 @@ func TestNothingKeptOnEitherWayOut(t *testing.T) {
 			}
 			if names := w.p.takenSliceNames.names(testKey); len(names) != 0 {
 				t.Errorf("taken names kept: %v", names)
-			}
-			w.p.probers.conflicts.mu.Lock()
-			conflicts := w.p.probers.conflicts.reported[testKey]
-			w.p.probers.conflicts.mu.Unlock()
-			if conflicts != nil {
-				t.Errorf("tlsMode conflicts kept: %v", conflicts)
-			}
-			w.p.told.mu.Lock()
-			book := w.p.told.endpoints[testKey]
-			w.p.told.mu.Unlock()
-			if book != nil {
-				t.Errorf("event memory kept: %v", book)
 			}
 		})
 	}

@@ -49,15 +49,13 @@ const (
 // the agent never lists or watches Secrets.
 type proberFactory struct {
 	secrets *secretCache
-	// conflicts are the tlsMode conflicts reported (see reportTLSConflicts).
-	conflicts *tlsConflicts
 	// userAgent is the HTTP probes' default User-Agent; the probes
 	// module's own when empty.
 	userAgent string
 }
 
 func newProberFactory(secrets *secretCache) *proberFactory {
-	return &proberFactory{secrets: secrets, conflicts: newTLSConflicts()}
+	return &proberFactory{secrets: secrets}
 }
 
 // Probers builds probers from probe specs exactly as the agent does,

@@ -3,6 +3,7 @@ package publisher
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,8 +39,8 @@ type Publisher struct {
 	targets *targetTable
 	// probers builds a target's prober from its probe spec.
 	probers *proberFactory
-	// told remembers what events told, so that a change is told once.
-	told eventMemory
+	// transitions numbers the endpoint transitions told (transitionAction).
+	transitions atomic.Uint64
 	// verdictFlips carries verdict flips to the controller's queue.
 	verdictFlips *flipQueue
 	// gateWritten holds readiness gate writes the cache may not show yet.
@@ -79,12 +80,11 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 }
 
 // forget stops a resource's targets and drops everything the publisher
-// keeps about it: what its events told, the slice names found taken and
-// the tlsMode conflicts reported. Both ways out of a reconcile with nothing
+// keeps about it: its targets and their verdicts, and the slice names
+// found taken. Both ways out of a reconcile with nothing
 // to publish (the resource gone, its Service not there or not its own) end
 // here, so that none keeps what the other drops.
 func (p *Publisher) forget(key types.NamespacedName) {
 	p.removeTargets(key, nil)
 	p.takenSliceNames.forget(key)
-	p.probers.conflicts.forget(key)
 }

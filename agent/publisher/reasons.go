@@ -20,26 +20,16 @@ import (
 // costs no write. A reason that changes without the slice's conditions
 // changing (refused, then timeout) costs one update of that slice.
 func annotateReasons(desired, existing []discoveryv1.EndpointSlice, why notReadyReasons, now time.Time) error {
-	before := map[string]swhv1alpha1.EndpointReasons{}
+	var own []discoveryv1.EndpointSlice
 	for i := range existing {
-		if !sameOwner(&existing[i], desired) {
-			// A holder of a taken name, or a slice someone else labelled
-			// like ours: its reasons are not this agent's.
-			continue
-		}
-		reasons, err := swhv1alpha1.EndpointReasonsOf(existing[i].Annotations)
-		if err != nil {
-			// Rewritten below from what the agent knows.
-			continue
-		}
-		port := slicePortName(&existing[i])
-		if before[port] == nil {
-			before[port] = swhv1alpha1.EndpointReasons{}
-		}
-		for pod, r := range reasons {
-			before[port][pod] = r
+		// A holder of a taken name, or a slice someone else labelled like
+		// ours: its reasons are not this agent's. An annotation that does
+		// not parse is rewritten from what the agent knows.
+		if sameOwner(&existing[i], desired) {
+			own = append(own, existing[i])
 		}
 	}
+	before := reasonsByPort(own)
 	since := metav1.NewTime(now.UTC().Truncate(time.Second))
 	for i := range desired {
 		s := &desired[i]

@@ -18,10 +18,7 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 		return
 	}
 	p.metrics.observeProbe(o.mode, r.Result)
-	// Only a new reason can change what the event memory holds (a misconfigured
-	// probe's own reasons differ from every other): the hot path takes no
-	// lock.
-	if (o.newReason || misconfigured(r.Result.Reason)) && p.told.misconfigured(r.Key, r.Result) {
+	if o.newProblem(r.Result) {
 		// Configuration problems get their own event at once: no endpoint
 		// transition may follow (a pod that never passed stays not ready).
 		// The regarding probe, the related pod and the action (the reason)
@@ -46,6 +43,13 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 		// reconcile reports it.
 		p.notify(r.Key.Resource)
 	}
+}
+
+// newProblem reports whether a result says that the probe cannot run, for
+// another reason or message than the result before: told once per
+// problem, not once per period.
+func (o observation) newProblem(res probes.Result) bool {
+	return misconfigured(res.Reason) && (o.newReason || o.newMessage)
 }
 
 func misconfigured(r probes.Reason) bool {

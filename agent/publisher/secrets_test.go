@@ -492,43 +492,6 @@ func TestTLSConflictNote(t *testing.T) {
 	}
 }
 
-func TestTLSConflictsReportedOncePerChange(t *testing.T) {
-	c := newTLSConflicts()
-	res := types.NamespacedName{Namespace: "ns", Name: "db"}
-	steps := []struct {
-		current map[int]string
-		want    []int
-	}{
-		{map[int]string{0: "a"}, []int{0}},
-		{map[int]string{0: "a"}, nil},
-		{map[int]string{0: "a", 2: "c"}, []int{2}},
-		{map[int]string{0: "b", 2: "c"}, []int{0}},
-		{map[int]string{}, nil},
-		{map[int]string{0: "b"}, []int{0}}, // back again: reported again
-	}
-	for i, s := range steps {
-		if got := c.update(res, s.current); !equalInts(got, s.want) {
-			t.Errorf("step %d: reported %v, want %v", i, got, s.want)
-		}
-	}
-	c.forget(res)
-	if len(c.reported) != 0 {
-		t.Error("a deleted resource's conflicts are kept")
-	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -51,11 +51,12 @@ func newTargetTable() *targetTable {
 // observation is what observe learned from one result.
 type observation struct {
 	flipped bool
-	// newReason is set when the result's reason differs from the last one.
-	newReason bool
-	owner     types.UID
-	pod       string
-	mode      string
+	// newReason is set when the result's reason differs from the last
+	// one, newMessage when its message does.
+	newReason, newMessage bool
+	owner                 types.UID
+	pod                   string
+	mode                  string
 }
 
 // observe records a result; known is false for a target removed while its
@@ -67,7 +68,7 @@ func (s *targetTable) observe(key targetKey, res probes.Result, now time.Time) (
 	if !ok {
 		return observation{}, false
 	}
-	o = observation{newReason: t.last.Reason != res.Reason, owner: t.owner, pod: t.pod, mode: t.mode}
+	o = observation{newReason: t.last.Reason != res.Reason, newMessage: t.last.Message != res.Message, owner: t.owner, pod: t.pod, mode: t.mode}
 	// The underlying error is not kept: it may hold much more than the
 	// message (a server's whole error), once per target of the node.
 	res.Err = nil

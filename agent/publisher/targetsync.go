@@ -82,7 +82,6 @@ func (p *Publisher) syncTargets(set targetSet) error {
 				continue
 			}
 			p.targets.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode)})
-			p.told.forgetTarget(key)
 			var prober probes.Prober
 			if ok {
 				prober = p.probers.build(resource.Namespace, swh.UID, probe)
@@ -127,7 +126,6 @@ func (p *Publisher) syncTargets(set targetSet) error {
 func (p *Publisher) stopTarget(key targetKey) {
 	p.scheduler.Remove(key)
 	p.targets.remove(key)
-	p.told.forgetTarget(key)
 }
 
 // removeTargets stops the targets of a resource that are not in keep.
@@ -138,10 +136,6 @@ func (p *Publisher) removeTargets(resource types.NamespacedName, keep map[target
 		}
 		p.scheduler.Remove(key)
 		p.targets.remove(key)
-		p.told.forgetTarget(key)
-	}
-	if keep == nil {
-		p.told.forgetResource(resource)
 	}
 	p.metrics.setTargets(p.targets.len())
 }

@@ -3,8 +3,6 @@ package publisher
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,83 +19,32 @@ func validTLSMode(mode string) bool {
 	return postgresql.SSLMode(mode).Validate() == nil
 }
 
-// tlsConflicts remembers, per resource and probe index, the tlsMode
-// conflict last reported, so that each is reported once per change rather
-// than once per probe or reconcile.
-type tlsConflicts struct {
-	mu       sync.Mutex
-	reported map[types.NamespacedName]map[int]string
-}
-
-func newTLSConflicts() *tlsConflicts {
-	return &tlsConflicts{reported: map[types.NamespacedName]map[int]string{}}
-}
-
-// update records a resource's current conflicts and returns the indexes of
-// those not reported yet, in order.
-func (c *tlsConflicts) update(resource types.NamespacedName, current map[int]string) []int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	before := c.reported[resource]
-	var fresh []int
-	for i, note := range current {
-		if before[i] != note {
-			fresh = append(fresh, i)
-		}
-	}
-	if len(current) == 0 {
-		delete(c.reported, resource)
-	} else {
-		c.reported[resource] = current
-	}
-	slices.Sort(fresh)
-	return fresh
-}
-
-func (c *tlsConflicts) forget(resource types.NamespacedName) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.reported, resource)
-}
-
 // tlsConflictEvents tells the PostgreSQL probes of a resource whose spec
 // sets a tlsMode that differs from the one their Secret holds (the spec's
-// is used), once per change. It reads only
+// is used), at every reconcile: the recorder folds what it told before (the
+// action tells conflicts apart). It reads only
 // what the probes already read: a Secret not read yet conflicts with
 // nothing, and its first read brings the resource back here (see
 // secretTLSModeChanged).
 func (p *Publisher) tlsConflictEvents(swh *swhv1alpha1.ServiceWithHealthchecks) []event {
-	type conflict struct {
-		secret types.NamespacedName
-		action string
+	if swh.Spec.Healthcheck == nil {
+		return nil
 	}
-	found := map[int]conflict{}
-	current := map[int]string{}
-	if swh.Spec.Healthcheck != nil {
-		for i, probe := range swh.Spec.Healthcheck.Probes {
-			pg := probe.PostgreSQL
-			if pg == nil || pg.TLSMode == "" || pg.AuthSecretName == "" {
-				continue
-			}
-			secret := types.NamespacedName{Namespace: swh.Namespace, Name: pg.AuthSecretName}
-			mode, ok := p.probers.secrets.tlsMode(secret, swh.UID)
-			if !ok || mode == string(pg.TLSMode) || !validTLSMode(mode) {
-				// An invalid value fails the probe itself (reason secret).
-				continue
-			}
-			current[i] = tlsConflictNote(swh.Name, i, pg, secret, mode)
-			// The action tells conflicts apart: the recorder folds events
-			// of one action and related object into the first one's note.
-			found[i] = conflict{secret, fmt.Sprintf("Probe%d/%s/%s", i, pg.TLSMode, mode)}
-		}
-	}
-	key := client.ObjectKeyFromObject(swh)
 	var out []event
-	for _, i := range p.probers.conflicts.update(key, current) {
-		c := found[i]
-		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: c.secret.Namespace, Name: c.secret.Name}
+	for i, probe := range swh.Spec.Healthcheck.Probes {
+		pg := probe.PostgreSQL
+		if pg == nil || pg.TLSMode == "" || pg.AuthSecretName == "" {
+			continue
+		}
+		secret := types.NamespacedName{Namespace: swh.Namespace, Name: pg.AuthSecretName}
+		mode, ok := p.probers.secrets.tlsMode(secret, swh.UID)
+		if !ok || mode == string(pg.TLSMode) || !validTLSMode(mode) {
+			// An invalid value fails the probe itself (reason secret).
+			continue
+		}
+		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: secret.Namespace, Name: secret.Name}
 		out = append(out, event{related: related, eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonTLSModeConflict,
-			action: c.action, note: current[i]})
+			action: fmt.Sprintf("Probe%d/%s/%s", i, pg.TLSMode, mode), note: tlsConflictNote(swh.Name, i, pg, secret, mode)})
 	}
 	return out
 }
