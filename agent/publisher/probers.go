@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/probes"
@@ -56,26 +53,6 @@ type proberFactory struct {
 
 func newProberFactory(secrets *secretCache) *proberFactory {
 	return &proberFactory{secrets: secrets}
-}
-
-// Probers builds probers from probe specs exactly as the agent does,
-// PostgreSQL credentials included. The agent makes its own; Probers lets
-// tests drive them against real servers and a real API server.
-type Probers struct {
-	f *proberFactory
-}
-
-// NewProbers returns probers that read PostgreSQL credentials through
-// reader and refresh them at most once per Secret per secretTTL, within
-// the agent's default bounds.
-func NewProbers(reader client.Reader, secretTTL time.Duration) *Probers {
-	return &Probers{f: newProberFactory(newSecretCache(reader, secretTTL, secretBounds{}, logr.Discard(), nil))}
-}
-
-// Build returns the prober of one probe of the resource with UID owner in
-// namespace ns.
-func (p *Probers) Build(ns string, owner types.UID, probe *swhv1alpha1.Probe) probes.Prober {
-	return p.f.build(ns, owner, probe)
 }
 
 // specOf identifies a probe's configuration: a changed spec restarts its

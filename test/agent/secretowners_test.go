@@ -3,6 +3,8 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -11,13 +13,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/swh-dev/swh/agent/publisher"
-	"github.com/swh-dev/swh/probes"
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -26,15 +27,18 @@ import (
 const agentUser = "system:serviceaccount:swh-system:swh-agent"
 
 // TestRecreatedNamespaceGetsNoPreviousCredentials: tenant 1's resource
-// reads its Secret db through the agent's RBAC (the controller's grant).
-// The namespace is deleted (kube-controller-manager's namespace controller
+// reads its Secret db through the agent's RBAC (the controller's grant);
+// once its grant is gone, its probe stops using what it read. The
+// namespace is deleted (kube-controller-manager's namespace controller
 // removes the Secret and the grant) and created again by tenant 2, whose
-// resource names a Secret db too. Tenant 2's probe must never log in with
-// tenant 1's user and password: before its own Secret is granted it fails
-// with reason secret (the API server's 403), after, it logs in as its own
-// user. Tenant 1's probe, once its grant is gone, stops using what it read.
+// resource of the same name names a Secret db too. Tenant 2's pod must
+// never pass with tenant 1's user and password: before its own Secret is
+// granted it fails with reason secret (the API server's 403), after, it
+// logs in as its own user.
 func TestRecreatedNamespaceGetsNoPreviousCredentials(t *testing.T) {
 	startNamespaceController(t)
+	// The agent reads Secrets with its own identity, not the admin's.
+	startAgentThrough(t, nodeA, 2*time.Second, asAgent)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	admin := controlPlane.Client
@@ -42,64 +46,100 @@ func TestRecreatedNamespaceGetsNoPreviousCredentials(t *testing.T) {
 	if err := harness.EnsureNamespace(ctx, admin, ns); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		// Whatever step failed, no resource of this test is left for the
+		// next tests' agents to probe.
+		ctx := context.Background()
+		_ = admin.DeleteAllOf(ctx, &swhv1alpha1.ServiceWithHealthchecks{}, client.InNamespace(ns))
+		_ = admin.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
+		_ = admin.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	})
 	ip := harness.PodIP(t)
 	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip})
 	if err := pg.Exec(ctx, "CREATE ROLE tenant2 LOGIN PASSWORD 'tenant2-password'"); err != nil {
 		t.Fatal(err)
 	}
 	o := pg.Options()
-	grantSecret(ctx, t, ns, "db", map[string]string{"user": o.User, "password": o.Password})
+	// Each tenant's probe passes only as its own user.
+	tenant := func(user string) {
+		t.Helper()
+		dbPod(t, ns, "db-0", nodeA, ip)
+		swh := resource(ns, "db", []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}},
+			postgresProbe("SELECT current_user = '"+user+"'", "db"))
+		swh.Spec.Selector = map[string]string{"app": "db"}
+		if err := admin.Create(ctx, swh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	passing := map[string]string{"db-node-a": "db-0:TTF"}
+	failing := map[string]string{"db-node-a": "db-0:FFF"}
 
-	// The agent reads Secrets with its own identity, not the admin's.
-	cfg := rest.CopyConfig(controlPlane.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: agentUser,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:swh-system", "system:authenticated"}}
-	reader, err := client.New(cfg, client.Options{Scheme: controlPlane.Scheme})
-	if err != nil {
+	grantSecret(ctx, t, ns, "db", map[string]string{"user": o.User, "password": o.Password})
+	tenant(o.User)
+	waitPublished(t, ns, "db", passing)
+	// What tenant 1 read is gone with its grant.
+	if err := admin.Delete(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "swh-agent-secrets"}}); err != nil {
 		t.Fatal(err)
 	}
-	const ttl = 2 * time.Second
-	factory := publisher.NewProbers(reader, ttl)
-	target := probes.Target{Host: ip, Port: 5432}
-	probe := func(pr probes.Prober) probes.Result {
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		return pr.Probe(pctx, target)
+	forbidden(t, ns)
+	// Granted again: the agent holds tenant 1's credentials as the
+	// namespace goes.
+	if err := admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "swh-agent-secrets"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "swh-agent-secrets"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "swh-system", Name: "swh-agent"}}}); err != nil {
+		t.Fatal(err)
 	}
-	// Tenant 1's probe passes as tenant 1's user; tenant 2's passes only as
-	// its own.
-	spec1 := postgresProbe("SELECT current_user = '"+o.User+"'", "db")
-	spec2 := postgresProbe("SELECT current_user = 'tenant2'", "db")
-	tenant1 := factory.Build(ns, types.UID("uid-of-tenant-1s-resource"), &spec1)
-	if r := probe(tenant1); r.Status != probes.Success {
-		t.Fatalf("tenant 1's probe: %s: %s", r.Reason, r.Message)
+	waitPublished(t, ns, "db", passing)
+	// Tenant 1 deletes its resource, then the namespace: its probes stop,
+	// and nothing reads the Secret again until tenant 2's resource asks.
+	if err := admin.Delete(ctx, &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}}); err != nil {
+		t.Fatal(err)
 	}
 
 	deleteNamespace(ctx, t, ns)
 	if err := harness.EnsureNamespace(ctx, admin, ns); err != nil {
 		t.Fatal(err)
 	}
-	tenant2 := factory.Build(ns, types.UID("uid-of-tenant-2s-resource"), &spec2)
-	r := probe(tenant2)
-	t.Logf("tenant 2's first probe, before its Secret is granted: %s: %s", r.Reason, r.Message)
-	if r.Status != probes.Failure || r.Reason != publisher.ReasonSecret || !strings.Contains(r.Message, "forbidden") {
-		t.Errorf("tenant 2's first probe: %s %s: %s; want a failure %s saying the Secret is forbidden (tenant 1's credentials must not be used)",
-			r.Status, r.Reason, r.Message, publisher.ReasonSecret)
-	}
-	// What tenant 1 read is gone with its grant, whoever asks.
-	harness.Eventually(t, 30*time.Second, "tenant 1's probe stops using what it read", func() error {
-		if r := probe(tenant1); r.Status != probes.Failure || r.Reason != publisher.ReasonSecret {
-			return fmt.Errorf("tenant 1's probe: %s %s: %s", r.Status, r.Reason, r.Message)
+	never := watchUnchanged(ns, "db", failing)
+	why := watchReasons(ns, "db", "db-0")
+	tenant("tenant2")
+	forbidden(t, ns)
+	time.Sleep(3 * time.Second) // more than a reuse period: a cached read would be used by now
+	never.verifyNever(t, passing, "before tenant 2's Secret is granted")
+	// Logged in as tenant 1, its probe would fail its query instead.
+	for _, r := range why.stop() {
+		if r != string(publisher.ReasonSecret) && r != swhv1alpha1.ReasonPending {
+			t.Errorf("before its Secret is granted, tenant 2's pod failed for reason %s, want only %s", r, publisher.ReasonSecret)
 		}
-		return nil
-	})
+	}
 
 	grantSecret(ctx, t, ns, "db", map[string]string{"user": "tenant2", "password": "tenant2-password"})
-	harness.Eventually(t, 30*time.Second, "tenant 2's probe logs in as tenant 2", func() error {
-		if r := probe(tenant2); r.Status != probes.Success {
-			return fmt.Errorf("tenant 2's probe: %s: %s", r.Reason, r.Message)
+	waitPublished(t, ns, "db", passing)
+}
+
+// forbidden waits until pod db-0 of resource db fails with reason secret,
+// and checks that the reason is the API server's 403.
+func forbidden(t *testing.T, ns string) {
+	t.Helper()
+	if r := waitReason(t, ns, "db", "db-0", string(publisher.ReasonSecret)); !strings.Contains(r.Message, "forbidden") {
+		t.Errorf("db-0 fails with %s: %s; want the Secret forbidden", r.Reason, r.Message)
+	}
+}
+
+// asAgent makes the Secret reads that pass through it as the agent's
+// ServiceAccount, so that the grants the controller writes are what
+// decides; the rest of the agent's traffic keeps the suite's identity.
+func asAgent(next http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		if req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/secrets/") {
+			return next.RoundTrip(req)
 		}
-		return nil
+		req = req.Clone(req.Context())
+		req.Header.Set("Impersonate-User", agentUser)
+		for _, g := range []string{"system:serviceaccounts", "system:serviceaccounts:swh-system", "system:authenticated"} {
+			req.Header.Add("Impersonate-Group", g)
+		}
+		return next.RoundTrip(req)
 	})
 }
 
@@ -126,6 +166,10 @@ func grantSecret(ctx context.Context, t *testing.T, ns, name string, data map[st
 // removed it and everything in it.
 func deleteNamespace(ctx context.Context, t *testing.T, ns string) {
 	t.Helper()
+	// No kubelet confirms the pods' deletion here: do it as one would.
+	if err := controlPlane.Client.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
 	if err := controlPlane.Client.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,4 +188,55 @@ func deleteNamespace(ctx context.Context, t *testing.T, ns string) {
 func startNamespaceController(t *testing.T) {
 	t.Helper()
 	harness.StartTestControllerManager(t, controlPlane, "namespace")
+}
+
+// verifyNever stops the watch and fails the test if the slices were ever
+// in state bad.
+func (w *steadySlices) verifyNever(t *testing.T, bad map[string]string, during string) {
+	t.Helper()
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n := w.seen[fmt.Sprint(bad)]; n > 0 {
+		t.Errorf("%s, the slices were %v (%d observations)", during, bad, n)
+	}
+}
+
+// reasonWatch polls the reasons annotation of a resource's slices every
+// 20 ms and collects every reason a pod was listed with.
+type reasonWatch struct {
+	stopped, done chan struct{}
+	seen          map[string]bool
+}
+
+func watchReasons(ns, name, pod string) *reasonWatch {
+	w := &reasonWatch{stopped: make(chan struct{}), done: make(chan struct{}), seen: map[string]bool{}}
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-w.stopped:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			reasons, _, err := sliceReasons(context.Background(), ns, name)
+			if r, ok := reasons[pod]; err == nil && ok {
+				w.seen[r.Reason] = true
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the watch and returns the reasons seen, sorted.
+func (w *reasonWatch) stop() []string {
+	close(w.stopped)
+	<-w.done
+	out := make([]string, 0, len(w.seen))
+	for r := range w.seen {
+		out = append(out, r)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -16,12 +16,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentapp "github.com/swh-dev/swh/agent/app"
 	"github.com/swh-dev/swh/agent/publisher"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
-	"github.com/swh-dev/swh/probes"
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -29,17 +27,32 @@ import (
 // and, while failing is set, answers them 500 without asking the API
 // server. Nothing else is touched.
 type secretGets struct {
+	// only, when set, is the one Secret path counted: another test's
+	// resources left behind must not count.
+	only    string
 	count   atomic.Int64
 	failing atomic.Bool
+	mu      sync.Mutex
+	at      []time.Time
+}
+
+// times returns when each GET was made.
+func (s *secretGets) times() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.at...)
 }
 
 func (s *secretGets) wrap(next http.RoundTripper) http.RoundTripper {
 	secretPath := regexp.MustCompile(`^/api/v1/namespaces/[^/]+/secrets/[^/]+$`)
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
-		if req.Method != http.MethodGet || !secretPath.MatchString(req.URL.Path) {
+		if req.Method != http.MethodGet || !secretPath.MatchString(req.URL.Path) || (s.only != "" && req.URL.Path != s.only) {
 			return next.RoundTrip(req)
 		}
 		s.count.Add(1)
+		s.mu.Lock()
+		s.at = append(s.at, time.Now())
+		s.mu.Unlock()
 		if !s.failing.Load() {
 			return next.RoundTrip(req)
 		}
@@ -280,65 +293,51 @@ func TestAPIServerPauseKeepsPostgreSQLEndpoints(t *testing.T) {
 	}
 }
 
-// TestProbesOfOneSecretCostOneRead: 200 targets of one Secret probing at
-// once (as one resource's targets do: they share a phase) read it once,
-// through the real API server, and pass against a real PostgreSQL; once the
-// reuse period is over, 200 more cost one more read, in the background.
+// TestProbesOfOneSecretCostOneRead: the agent probes 200 pods of one
+// resource with one Secret's credentials, all at once (a resource's
+// targets share a phase), against a real PostgreSQL: the first round reads
+// the Secret once, through the real API server; later, one more read per
+// reuse period, however many probes run.
 func TestProbesOfOneSecretCostOneRead(t *testing.T) {
-	const targets = 200
+	const (
+		pods = 200
+		ttl  = 3 * time.Second
+	)
 	ns := namespace(t)
+	gets := &secretGets{only: "/api/v1/namespaces/" + ns + "/secrets/shared"}
+	startAgentThrough(t, nodeA, ttl, gets.wrap)
 	ip := harness.PodIP(t)
-	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip, MaxConnections: targets + 20})
+	pg := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip, MaxConnections: pods + 20})
 	credentials(t, ns, "shared", pg)
-	gets := &secretGets{}
-	cfg := rest.CopyConfig(controlPlane.Config)
-	cfg.QPS, cfg.Burst = 20, 50 // the agent's defaults
-	cfg.Wrap(gets.wrap)
-	reader, err := client.New(cfg, client.Options{Scheme: controlPlane.Scheme})
-	if err != nil {
+	// One address for every pod: the probes all reach the one server.
+	want := make([]string, pods)
+	for i := range pods {
+		name := fmt.Sprintf("db-%03d", i)
+		dbPod(t, ns, name, nodeA, ip)
+		want[i] = name + ":TTF"
+	}
+	swh := resource(ns, "shared", []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}}, postgresProbe("SELECT 1", "shared"))
+	swh.Spec.Selector = map[string]string{"app": "db"}
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
 		t.Fatal(err)
 	}
-	const ttl = 3 * time.Second
-	factory := publisher.NewProbers(reader, ttl)
-	probe := postgresProbe("SELECT 1", "shared")
-	probers := make([]probes.Prober, targets)
-	for i := range probers {
-		probers[i] = factory.Build(ns, "uid-of-the-resource", &probe)
+	waitPublished(t, ns, "shared", map[string]string{"shared-node-a": strings.Join(want, ",")})
+	first := gets.times()
+	if len(first) == 0 {
+		t.Fatal("the probes passed without reading the Secret")
 	}
-	round := func() {
-		t.Helper()
-		start := make(chan struct{})
-		results := make(chan probes.Result, targets)
-		var wg sync.WaitGroup
-		for _, pr := range probers {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				<-start
-				results <- pr.Probe(ctx, probes.Target{Host: ip, Port: 5432})
-			})
-		}
-		close(start)
-		wg.Wait()
-		close(results)
-		failures := map[string]int{}
-		for r := range results {
-			if r.Status != probes.Success {
-				failures[fmt.Sprintf("%s: %s", r.Reason, r.Message)]++
-			}
-		}
-		if len(failures) > 0 {
-			t.Errorf("probes failed: %v", failures)
-		}
+	if len(first) > 1 && first[1].Sub(first[0]) < ttl/2 {
+		t.Errorf("%d probes of one Secret at once read it %d times within %s: %v", pods, len(first), ttl/2, first)
 	}
-	round()
-	if n := gets.count.Load(); n != 1 {
-		t.Errorf("%d probes of one Secret at once made %d GETs, want 1", targets, n)
+	time.Sleep(3 * ttl)
+	all := gets.times()
+	observed := time.Since(all[0])
+	if max := 2 + int(observed/ttl); len(all) < 2 || len(all) > max {
+		t.Errorf("%d probes a second for %s read the Secret %d times, want 2 to %d (one per %s reuse period)", pods, observed.Round(time.Second), len(all), max, ttl)
 	}
-	time.Sleep(ttl)
-	round()
-	time.Sleep(500 * time.Millisecond) // the background refresh
-	if n := gets.count.Load(); n != 2 {
-		t.Errorf("two rounds of %d probes, one reuse period apart, made %d GETs, want 2", targets, n)
+	for i := 1; i < len(all); i++ {
+		if gap := all[i].Sub(all[i-1]); gap < ttl/2 {
+			t.Errorf("reads %d and %d of the Secret %s apart, within its reuse period of %s", i-1, i, gap, ttl)
+		}
 	}
 }
