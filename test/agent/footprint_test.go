@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -17,10 +16,11 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // agentProcess is the swh-agent binary running for one node.
-type agentProcess struct{ cmd *exec.Cmd }
+type agentProcess struct{ *process.Proc }
 
 // startAgentProcess starts bin/swh-agent for node; args come after the
 // defaults (no metrics, no health endpoints, errors only) and override them.
@@ -29,34 +29,30 @@ func startAgentProcess(b *testing.B, node string, args ...string) *agentProcess 
 	if err != nil {
 		b.Fatal(err)
 	}
-	args = append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}, args...)
-	cmd := exec.Command(filepath.Join(binDir, "swh-agent"), args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+controlPlane.Kubeconfig, "NODE_NAME="+node)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatalf("starting bin/swh-agent (make build): %v", err)
+	proc, err := process.Start(process.Spec{
+		Name: "swh-agent of " + node, Path: filepath.Join(binDir, "swh-agent"), Output: os.Stderr, DiesWithSuite: true,
+		Args: append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0", "--zap-log-level=error"}, args...),
+		Env:  []string{"KUBECONFIG=" + controlPlane.Kubeconfig, "NODE_NAME=" + node},
+	})
+	if err != nil {
+		b.Fatalf("%v (make build)", err)
 	}
-	p := &agentProcess{cmd: cmd}
+	p := &agentProcess{proc}
 	b.Cleanup(p.stop)
 	return p
 }
 
-func (p *agentProcess) stop() {
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		p.cmd.Process = nil
-	}
-}
+// stop kills the agent: the benchmark measures it, not its shutdown.
+func (p *agentProcess) stop() { p.Kill() }
 
 // cpuSeconds is the process's user+system CPU time.
 func (p *agentProcess) cpuSeconds(b *testing.B) float64 {
-	return processCPU(b, p.cmd.Process.Pid, false)
+	return processCPU(b, p.PID, false)
 }
 
 // memoryKiB returns VmHWM (peak) and VmRSS.
 func (p *agentProcess) memoryKiB(b *testing.B) (peak, now int) {
-	kib, err := harness.ProcessMemoryKiB(p.cmd.Process.Pid, "VmHWM", "VmRSS")
+	kib, err := harness.ProcessMemoryKiB(p.PID, "VmHWM", "VmRSS")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,62 +17,6 @@ import (
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
 )
-
-// sliceWatch polls the slices of a resource every 20 ms and records every
-// observation that differs from the state it must keep. A wrong start state
-// lasts whole probe periods (thresholds above 1), so polling cannot miss it.
-type sliceWatch struct {
-	stop, done chan struct{}
-	mu         sync.Mutex
-	seen       map[string]int
-}
-
-// watchSlices starts watching; ok judges one observation of the slices.
-func watchSlices(ns, name string, ok func(map[string]string) bool) *sliceWatch {
-	w := &sliceWatch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]int{}}
-	go func() {
-		defer close(w.done)
-		for {
-			select {
-			case <-w.stop:
-				return
-			default:
-			}
-			got, _, err := published(context.Background(), ns, name)
-			if err == nil && !ok(got) {
-				w.mu.Lock()
-				w.seen[fmt.Sprint(got)]++
-				w.mu.Unlock()
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-	return w
-}
-
-// watchSteady watches for any state other than want.
-func watchSteady(ns, name string, want map[string]string) *sliceWatch {
-	return watchSlices(ns, name, func(got map[string]string) bool { return fmt.Sprint(got) == fmt.Sprint(want) })
-}
-
-// check stops the watch and fails the test with every state seen that was
-// not allowed.
-func (w *sliceWatch) check(t *testing.T, during string) {
-	t.Helper()
-	close(w.stop)
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.seen) == 0 {
-		return
-	}
-	states := make([]string, 0, len(w.seen))
-	for s, n := range w.seen {
-		states = append(states, fmt.Sprintf("%s (%d observations)", s, n))
-	}
-	sort.Strings(states)
-	t.Fatalf("%s, the slices left their state:\n  %s", during, strings.Join(states, "\n  "))
-}
 
 // restartAgent stops a and starts a new agent for its node, then lets
 // several probe periods pass: enough for successThreshold or

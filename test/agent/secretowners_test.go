@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,7 +72,6 @@ func TestRecreatedNamespaceGetsNoPreviousCredentials(t *testing.T) {
 		}
 	}
 	passing := map[string]string{"db-node-a": "db-0:TTF"}
-	failing := map[string]string{"db-node-a": "db-0:FFF"}
 
 	grantSecret(ctx, t, ns, "db", map[string]string{"user": o.User, "password": o.Password})
 	tenant(o.User)
@@ -100,18 +99,23 @@ func TestRecreatedNamespaceGetsNoPreviousCredentials(t *testing.T) {
 	if err := harness.EnsureNamespace(ctx, admin, ns); err != nil {
 		t.Fatal(err)
 	}
-	never := watchUnchanged(ns, "db", failing)
-	why := watchReasons(ns, "db", "db-0")
+	// Logged in as tenant 1, its pod would pass, or fail its query.
+	never := watchObservations(ns, "db", func(got map[string]string, slices []discoveryv1.EndpointSlice) string {
+		if fmt.Sprint(got) == fmt.Sprint(passing) {
+			return fmt.Sprint(got)
+		}
+		for i := range slices {
+			reasons, _ := swhv1alpha1.EndpointReasonsOf(slices[i].Annotations)
+			if r, ok := reasons["db-0"]; ok && r.Reason != string(publisher.ReasonSecret) && r.Reason != swhv1alpha1.ReasonPending {
+				return "db-0 failing for reason " + r.Reason
+			}
+		}
+		return ""
+	})
 	tenant("tenant2")
 	forbidden(t, ns)
 	time.Sleep(3 * time.Second) // more than a reuse period: a cached read would be used by now
-	never.verifyNever(t, passing, "before tenant 2's Secret is granted")
-	// Logged in as tenant 1, its probe would fail its query instead.
-	for _, r := range why.stop() {
-		if r != string(publisher.ReasonSecret) && r != swhv1alpha1.ReasonPending {
-			t.Errorf("before its Secret is granted, tenant 2's pod failed for reason %s, want only %s", r, publisher.ReasonSecret)
-		}
-	}
+	never.check(t, "before tenant 2's Secret is granted")
 
 	grantSecret(ctx, t, ns, "db", map[string]string{"user": "tenant2", "password": "tenant2-password"})
 	waitPublished(t, ns, "db", passing)
@@ -188,55 +192,4 @@ func deleteNamespace(ctx context.Context, t *testing.T, ns string) {
 func startNamespaceController(t *testing.T) {
 	t.Helper()
 	harness.StartTestControllerManager(t, controlPlane, "namespace")
-}
-
-// verifyNever stops the watch and fails the test if the slices were ever
-// in state bad.
-func (w *steadySlices) verifyNever(t *testing.T, bad map[string]string, during string) {
-	t.Helper()
-	close(w.stop)
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if n := w.seen[fmt.Sprint(bad)]; n > 0 {
-		t.Errorf("%s, the slices were %v (%d observations)", during, bad, n)
-	}
-}
-
-// reasonWatch polls the reasons annotation of a resource's slices every
-// 20 ms and collects every reason a pod was listed with.
-type reasonWatch struct {
-	stopped, done chan struct{}
-	seen          map[string]bool
-}
-
-func watchReasons(ns, name, pod string) *reasonWatch {
-	w := &reasonWatch{stopped: make(chan struct{}), done: make(chan struct{}), seen: map[string]bool{}}
-	go func() {
-		defer close(w.done)
-		for {
-			select {
-			case <-w.stopped:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			reasons, _, err := sliceReasons(context.Background(), ns, name)
-			if r, ok := reasons[pod]; err == nil && ok {
-				w.seen[r.Reason] = true
-			}
-		}
-	}()
-	return w
-}
-
-// stop ends the watch and returns the reasons seen, sorted.
-func (w *reasonWatch) stop() []string {
-	close(w.stopped)
-	<-w.done
-	out := make([]string, 0, len(w.seen))
-	for r := range w.seen {
-		out = append(out, r)
-	}
-	sort.Strings(out)
-	return out
 }

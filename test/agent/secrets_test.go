@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,53 +116,6 @@ func (a *agent) metric(t *testing.T, name string, want map[string]string) float6
 	return total
 }
 
-// steadySlices polls a resource's slices every 20 ms until stopped and
-// collects every state other than want.
-type steadySlices struct {
-	stop, done chan struct{}
-	mu         sync.Mutex
-	seen       map[string]int
-}
-
-func watchUnchanged(ns, name string, want map[string]string) *steadySlices {
-	w := &steadySlices{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]int{}}
-	go func() {
-		defer close(w.done)
-		for {
-			select {
-			case <-w.stop:
-				return
-			default:
-			}
-			got, _, err := published(context.Background(), ns, name)
-			if err == nil && fmt.Sprint(got) != fmt.Sprint(want) {
-				w.mu.Lock()
-				w.seen[fmt.Sprint(got)]++
-				w.mu.Unlock()
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-	return w
-}
-
-// verify stops the watch and fails the test if the slices left want.
-func (w *steadySlices) verify(t *testing.T, during string) {
-	t.Helper()
-	close(w.stop)
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var states []string
-	for s, n := range w.seen {
-		states = append(states, fmt.Sprintf("%s (%d observations)", s, n))
-	}
-	sort.Strings(states)
-	if len(states) > 0 {
-		t.Errorf("%s, the slices left their state:\n  %s", during, strings.Join(states, "\n  "))
-	}
-}
-
 // gatedDatabase starts PostgreSQL on a pod address, a pod db-0 of node A for it, its
 // credentials Secret and a resource name gated by a PostgreSQL probe, and
 // waits until the pod is published ready. The probe runs every 2 s and
@@ -207,14 +159,14 @@ func TestSecretReadErrorsKeepPostgreSQLEndpoints(t *testing.T) {
 	ns := namespace(t)
 	want := gatedDatabase(t, ns, "blip")
 
-	w := watchUnchanged(ns, "blip", want)
+	w := watchSteady(ns, "blip", want)
 	before := gets.count.Load()
 	gets.failing.Store(true)
 	time.Sleep(6 * time.Second) // six reuse periods of the test agents
 	failed := gets.count.Load() - before
 	gets.failing.Store(false)
 	time.Sleep(2 * time.Second)
-	w.verify(t, "while Secret reads failed")
+	w.check(t, "while Secret reads failed")
 
 	// A read is due once a period has passed since the last one began; the
 	// probes (every 2 s) find it due each time.
@@ -270,7 +222,7 @@ func TestAPIServerPauseKeepsPostgreSQLEndpoints(t *testing.T) {
 	ns := namespace(t)
 	want := gatedDatabase(t, ns, "frozen")
 
-	w := watchUnchanged(ns, "frozen", want)
+	w := watchSteady(ns, "frozen", want)
 	resume, err := controlPlane.PauseAPIServer()
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +239,7 @@ func TestAPIServerPauseKeepsPostgreSQLEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second) // writes held back by the pause land now
-	w.verify(t, "across the pause")
+	w.check(t, "across the pause")
 	if n := a.metric(t, "swh_agent_probe_results_total", map[string]string{"mode": "PostgreSQL", "status": "failure", "reason": "secret"}); n != 0 {
 		t.Errorf("%v PostgreSQL probes failed for the Secret while the API server was paused", n)
 	}

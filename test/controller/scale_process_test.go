@@ -9,62 +9,51 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/swh-dev/swh/test/harness"
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // controllerProcess is bin/swh-controller running as a process, with its
 // metrics and health endpoints on loopback.
 type controllerProcess struct {
-	cmd               *exec.Cmd
+	*process.Proc
 	metricsURL, ready string
-	done              chan struct{}
-	exitErr           error
 	http              *http.Client
-	stopped           bool
 }
 
 // startControllerProcess starts the binary as the cluster administrator,
 // without leader election; the benchmark's end kills it if still running.
 func startControllerProcess(b *testing.B, cp *harness.ControlPlane, bin string) *controllerProcess {
 	metricsAddr, healthAddr := loopbackAddress(b), loopbackAddress(b)
-	cmd := exec.Command(bin, "--leader-elect=false",
-		"--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+healthAddr,
-		"--zap-log-level="+cmp.Or(os.Getenv("SWH_SCALE_LOG_LEVEL"), "error"))
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.Kubeconfig)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	proc, err := process.Start(process.Spec{
+		Name: "swh-controller", Path: bin, Output: os.Stderr, DiesWithSuite: true,
+		Args: []string{"--leader-elect=false", "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + healthAddr,
+			"--zap-log-level=" + cmp.Or(os.Getenv("SWH_SCALE_LOG_LEVEL"), "error")},
+		Env: []string{"KUBECONFIG=" + cp.Kubeconfig},
+		// SIGTERM, as a Deployment would; one that takes longer fails the
+		// benchmark (stop).
+		StopTimeout: time.Minute,
+	})
+	if err != nil {
 		b.Fatal(err)
 	}
-	p := &controllerProcess{
-		cmd:        cmd,
+	b.Cleanup(proc.Kill)
+	return &controllerProcess{
+		Proc:       proc,
 		metricsURL: "http://" + metricsAddr + "/metrics",
 		ready:      "http://" + healthAddr + "/readyz",
-		done:       make(chan struct{}),
 		http:       &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}},
 	}
-	go func() {
-		p.exitErr = cmd.Wait()
-		close(p.done)
-	}()
-	b.Cleanup(func() {
-		if !p.stopped {
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	return p
 }
 
-func (p *controllerProcess) pid() int { return p.cmd.Process.Pid }
+func (p *controllerProcess) pid() int { return p.PID }
 
 // loopbackAddress returns a free address on 127.0.0.1.
 func loopbackAddress(b *testing.B) string {
@@ -81,8 +70,8 @@ func (p *controllerProcess) waitReady(ctx context.Context, timeout time.Duration
 	deadline := time.Now().Add(timeout)
 	for {
 		select {
-		case <-p.done:
-			return fmt.Errorf("swh-controller exited before it was ready: %v", p.exitErr)
+		case <-p.Exited():
+			return fmt.Errorf("swh-controller exited before it was ready: %v", p.Err())
 		default:
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.ready, nil)
@@ -104,15 +93,11 @@ func (p *controllerProcess) waitReady(ctx context.Context, timeout time.Duration
 
 // stop ends the controller with SIGTERM, as a Deployment would.
 func (p *controllerProcess) stop(b *testing.B) {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-		b.Fatal("swh-controller did not stop within a minute of SIGTERM")
+	start := time.Now()
+	p.Stop()
+	if took := time.Since(start); took >= time.Minute {
+		b.Fatalf("swh-controller did not stop within a minute of SIGTERM (%s)", took.Round(time.Second))
 	}
-	p.stopped = true
 }
 
 // quiet waits until the controller's write count has not moved for

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // ControllerManager is a kube-controller-manager process running some of
@@ -18,12 +17,9 @@ import (
 // controller, the disruption controller. A cluster always runs them; a test
 // or the sandbox that leaves them out behaves like no cluster does.
 type ControllerManager struct {
-	cmd *exec.Cmd
-	log *os.File
+	proc *process.Proc
 	// tempLog: the log is a temporary file Stop removes.
 	tempLog bool
-	exited  chan struct{}
-	err     error
 }
 
 // ControllerManagerOptions configures StartControllerManager.
@@ -58,15 +54,14 @@ func StartControllerManager(cp *ControlPlane, opts ControllerManagerOptions) (*C
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("%w: %s (hack/build-tools.sh kube-controller-manager)", ErrMissingDependency, path)
 	}
-	var logFile *os.File
-	var err error
-	if opts.LogPath != "" {
-		logFile, err = os.Create(opts.LogPath)
-	} else {
-		logFile, err = os.CreateTemp("", "swh-kube-controller-manager-*.log")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kube-controller-manager's log: %w", err)
+	logPath := opts.LogPath
+	if logPath == "" {
+		f, err := os.CreateTemp("", "swh-kube-controller-manager-*.log")
+		if err != nil {
+			return nil, fmt.Errorf("kube-controller-manager's log: %w", err)
+		}
+		_ = f.Close()
+		logPath = f.Name()
 	}
 	args := append([]string{
 		"--kubeconfig=" + cp.Kubeconfig,
@@ -75,21 +70,15 @@ func StartControllerManager(cp *ControlPlane, opts ControllerManagerOptions) (*C
 		"--secure-port=0",
 		"--v=1",
 	}, opts.ExtraArgs...)
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// Dies with the test binary (a panic or a kill skips the cleanups),
-	// as the control plane's processes do.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = logFile.Close()
-		return nil, fmt.Errorf("starting kube-controller-manager: %w", err)
+	// Dies with the test binary, as the control plane's processes do.
+	proc, err := process.Start(process.Spec{Name: "kube-controller-manager", Path: path, Args: args, Log: logPath, DiesWithSuite: true})
+	if err != nil {
+		if opts.LogPath == "" {
+			_ = os.Remove(logPath)
+		}
+		return nil, err
 	}
-	m := &ControllerManager{cmd: cmd, log: logFile, tempLog: opts.LogPath == "", exited: make(chan struct{})}
-	go func() {
-		m.err = cmd.Wait()
-		close(m.exited)
-	}()
-	return m, nil
+	return &ControllerManager{proc: proc, tempLog: opts.LogPath == ""}, nil
 }
 
 // StartTestControllerManager starts kube-controller-manager with the
@@ -106,7 +95,7 @@ func StartTestControllerManager(t testing.TB, cp *ControlPlane, controllers ...s
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("kube-controller-manager's log, its end:\n%s", m.logTail(4096))
+			t.Logf("kube-controller-manager's log, its end:\n%s", m.proc.LogTail(60))
 		}
 		m.Stop()
 	})
@@ -116,36 +105,17 @@ func StartTestControllerManager(t testing.TB, cp *ControlPlane, controllers ...s
 // Running reports an error when the process has exited, with the end of
 // its log.
 func (m *ControllerManager) Running() error {
-	select {
-	case <-m.exited:
-		return fmt.Errorf("kube-controller-manager exited (%v):\n%s", m.err, m.logTail(2000))
-	default:
+	if m.proc.Running() {
 		return nil
 	}
-}
-
-// logTail returns the last n bytes of the log.
-func (m *ControllerManager) logTail(n int) []byte {
-	data, _ := os.ReadFile(m.log.Name())
-	return data[max(0, len(data)-n):]
+	return fmt.Errorf("kube-controller-manager exited (%v):\n%s", m.proc.Err(), m.proc.LogTail(30))
 }
 
 // Stop ends the process (SIGTERM, then SIGKILL after 10 s) and removes its
 // log unless ControllerManagerOptions.LogPath named it.
 func (m *ControllerManager) Stop() {
-	select {
-	case <-m.exited:
-	default:
-		_ = m.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-m.exited:
-		case <-time.After(10 * time.Second):
-			_ = m.cmd.Process.Kill()
-			<-m.exited
-		}
-	}
-	_ = m.log.Close()
+	m.proc.Stop()
 	if m.tempLog {
-		_ = os.Remove(m.log.Name())
+		_ = os.Remove(m.proc.Log)
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,6 +28,7 @@ import (
 
 	"github.com/swh-dev/swh/api/crd"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // ControlPlane is a running kube-apiserver and etcd with the
@@ -48,7 +49,7 @@ type ControlPlane struct {
 	CAFile string
 	// restarted holds kube-apiserver processes RestartAPIServer started;
 	// envtest does not know them, so Stop ends them first.
-	restarted []*exec.Cmd
+	restarted []*process.Proc
 }
 
 // ControlPlaneOptions configures StartControlPlane.
@@ -178,9 +179,8 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (*ControlP
 
 // Stop stops kube-apiserver and etcd and removes their data.
 func (cp *ControlPlane) Stop() error {
-	for _, cmd := range cp.restarted {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
+	for _, p := range cp.restarted {
+		p.Stop()
 	}
 	if err := cp.env.Stop(); err != nil {
 		return fmt.Errorf("stopping the control plane: %w", err)
@@ -358,15 +358,9 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stopping kube-apiserver (pid %d): %w", pid, err)
 	}
-	// A server an earlier restart started is our child: reap it, or it
-	// stays a zombie and its /proc entry never goes away.
-	for i, cmd := range cp.restarted {
-		if cmd.Process.Pid == pid {
-			go func() { _ = cmd.Wait() }()
-			cp.restarted = append(cp.restarted[:i], cp.restarted[i+1:]...)
-			break
-		}
-	}
+	// A server an earlier restart started is ours no more once stopped
+	// (it is reaped as it exits).
+	cp.restarted = slices.DeleteFunc(cp.restarted, func(p *process.Proc) bool { return p.PID == pid })
 	// kube-apiserver's graceful shutdown waits up to 60 s for connections
 	// that carry watches to go idle; after a few seconds it is killed, as a
 	// crash would: the clients see the same closed connections either way.
@@ -386,12 +380,12 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 		}
 	}
 	time.Sleep(down)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting kube-apiserver again: %w", err)
+	// Its output goes nowhere, as envtest's own does unless asked.
+	server, err := process.Start(process.Spec{Name: "kube-apiserver", Path: argv[0], Args: argv[1:], DiesWithSuite: true})
+	if err != nil {
+		return err
 	}
-	cp.restarted = append(cp.restarted, cmd)
+	cp.restarted = append(cp.restarted, server)
 	for {
 		err := cp.Client.List(ctx, &corev1.NamespaceList{})
 		if err == nil {

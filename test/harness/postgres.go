@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	_ "github.com/lib/pq" // registers the "postgres" driver for the harness's own queries
+
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // PostgresOptions configures a throwaway PostgreSQL server.
@@ -64,9 +65,8 @@ type Postgres struct {
 	binDir string
 	owner  *syscall.Credential
 	dir    string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    *os.File
+	// server is the running postmaster; nil when stopped.
+	server *process.Proc
 }
 
 // StartPostgres initialises a primary in a new temporary folder and starts it.
@@ -215,24 +215,17 @@ func (p *Postgres) Promote(ctx context.Context) error {
 // process group after 30 s) and waits for it. The folder is kept, so the
 // server can be started again with Restart.
 func (p *Postgres) Stop() error {
-	if p.cmd == nil {
+	if p.server == nil {
 		return nil
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-	}
-	// The postmaster leads its process group: nothing of it may outlive Stop.
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.exited
-	p.cmd = nil
+	p.server.Stop()
+	p.server = nil
 	return nil
 }
 
 // Restart starts a stopped server again on the same folder and address.
 func (p *Postgres) Restart(ctx context.Context) error {
-	if p.cmd != nil {
+	if p.server != nil {
 		return nil
 	}
 	return p.start(ctx)
@@ -241,9 +234,6 @@ func (p *Postgres) Restart(ctx context.Context) error {
 // Close stops the server and removes its folder.
 func (p *Postgres) Close() error {
 	stopErr := p.Stop()
-	if p.log != nil {
-		_ = p.log.Close()
-	}
 	if err := os.RemoveAll(p.dir); err != nil {
 		return errors.Join(stopErr, fmt.Errorf("removing %s: %w", p.dir, err))
 	}

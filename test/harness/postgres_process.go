@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 func (p *Postgres) dataDir() string { return filepath.Join(p.dir, "data") }
@@ -50,24 +52,18 @@ func (p *Postgres) start(ctx context.Context) error {
 		}
 		args = append(args, "-c", "ssl=on", "-c", "ssl_cert_file="+cert, "-c", "ssl_key_file="+key)
 	}
-	if p.log == nil {
-		log, err := os.OpenFile(filepath.Join(p.dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return fmt.Errorf("opening the server log: %w", err)
-		}
-		p.log = log
+	// The postmaster leads its process group: Stop kills every backend
+	// with it. Fast shutdown first, SIGKILL after 30 s.
+	server, err := process.Start(process.Spec{
+		Name: "postgres on " + p.Addr(), Path: filepath.Join(p.binDir, "postgres"), Args: args,
+		Env: p.env(nil), CleanEnv: true, Dir: p.dir, Log: filepath.Join(p.dir, "postgres.log"),
+		Credential: p.owner, OwnGroup: true, DiesWithSuite: true, Within: p.opts.Within,
+		StopSignal: syscall.SIGINT, StopTimeout: 30 * time.Second,
+	})
+	if err != nil {
+		return err
 	}
-	cmd := p.command(nil, "postgres", args...)
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	if err := p.within(cmd.Start); err != nil {
-		return fmt.Errorf("starting postgres on %s: %w", p.Addr(), err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	p.cmd, p.exited = cmd, exited
+	p.server = server
 	if err := p.waitReady(ctx); err != nil {
 		return errors.Join(err, p.Stop())
 	}
@@ -84,7 +80,7 @@ func (p *Postgres) waitReady(ctx context.Context) error {
 	var last error
 	for {
 		select {
-		case <-p.exited:
+		case <-p.server.Exited():
 			return fmt.Errorf("postgres on %s exited while starting; its log:\n%s", p.Addr(), tail(p.Log(), 40))
 		default:
 		}
@@ -131,15 +127,14 @@ func (p *Postgres) within(start func() error) error {
 func (p *Postgres) command(env []string, name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(p.binDir, name), args...)
 	cmd.Dir = p.dir
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + p.dir}, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: p.owner,
-		// Its own process group lets Stop kill every backend; Pdeathsig
-		// stops the server if the test process dies first.
-		Setpgid:   true,
-		Pdeathsig: syscall.SIGKILL,
-	}
+	cmd.Env = p.env(env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.owner, Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd
+}
+
+// env is the programs' whole environment: no variable of the suite's.
+func (p *Postgres) env(extra []string) []string {
+	return append([]string{"PATH=/usr/bin:/bin", "LC_ALL=C", "HOME=" + p.dir}, extra...)
 }
 
 func (p *Postgres) writeOwned(path string, data []byte, mode os.FileMode) error {

@@ -1,17 +1,17 @@
 package images_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/swh-dev/swh/test/harness"
+	"github.com/swh-dev/swh/test/harness/process"
 	"github.com/swh-dev/swh/test/images"
 )
 
@@ -55,22 +55,13 @@ func testContainerdImport(t *testing.T, results []images.Result) {
 	if err := os.WriteFile(config, fmt.Appendf(nil, containerdConfig, dir), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var log bytes.Buffer
-	daemon := exec.Command(containerd, "--config", config)
-	daemon.Stdout, daemon.Stderr = &log, &log
-	if err := daemon.Start(); err != nil {
+	var log harness.Buffer
+	daemon, err := process.Start(process.Spec{Name: "containerd", Path: containerd, Args: []string{"--config", config}, Output: &log})
+	if err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- daemon.Wait() }()
 	t.Cleanup(func() {
-		_ = daemon.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = daemon.Process.Kill()
-			<-exited
-		}
+		daemon.Stop()
 		if t.Failed() {
 			t.Logf("containerd's log:\n%s", log.String())
 		}
@@ -90,9 +81,8 @@ func testContainerdImport(t *testing.T, results []images.Result) {
 			break
 		}
 		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("containerd exited: %v", err)
+		case <-daemon.Exited():
+			t.Fatalf("containerd exited: %v", daemon.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Since(began) > 30*time.Second {

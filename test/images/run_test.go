@@ -51,14 +51,14 @@ func extract(t *testing.T, r images.Result, name string) string {
 	}
 }
 
-// process is a started binary whose stderr lines arrive on a channel.
-type process struct {
+// started is a binary whose stderr lines arrive on a channel.
+type started struct {
 	cmd   *exec.Cmd
 	lines chan string
 	done  chan error
 }
 
-func start(t *testing.T, bin string, env []string, args ...string) *process {
+func start(t *testing.T, bin string, env []string, args ...string) *started {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -69,7 +69,7 @@ func start(t *testing.T, bin string, env []string, args ...string) *process {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &process{cmd: cmd, lines: make(chan string, 64), done: make(chan error, 1)}
+	p := &started{cmd: cmd, lines: make(chan string, 64), done: make(chan error, 1)}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -89,7 +89,7 @@ func start(t *testing.T, bin string, env []string, args ...string) *process {
 }
 
 // addresses waits for n "swh-workload: pod P KIND ADDR" lines.
-func (p *process) addresses(t *testing.T, n int) map[string][]string {
+func (p *started) addresses(t *testing.T, n int) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
 	timeout := time.After(30 * time.Second)

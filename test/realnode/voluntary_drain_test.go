@@ -1,7 +1,6 @@
 package realnode_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -245,7 +244,7 @@ func (r *replacement) stop() time.Time {
 // when each eviction was last attempted.
 type drainer struct {
 	helper *drain.Helper
-	out    syncBuffer
+	out    harness.Buffer
 	mu     sync.Mutex
 	last   map[string]time.Time
 }
@@ -300,24 +299,6 @@ func (d *drainer) lastAttempt(pod string) time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.last[pod]
-}
-
-// syncBuffer is a bytes.Buffer for the drain's concurrent evictions.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // timestamped prefixes every write (the drain prints whole lines) with the

@@ -7,7 +7,6 @@
 package sandbox_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -44,24 +42,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// output collects what the sandbox prints.
-type output struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
-
 // sandbox is a running swh-sandbox.
 type sandbox struct {
 	t      *testing.T
@@ -69,7 +49,7 @@ type sandbox struct {
 	out    string // its -out folder
 	cmd    *exec.Cmd
 	stdin  interface{ Write([]byte) (int, error) }
-	output *output
+	output *harness.Buffer
 	exited chan struct{}
 	err    error
 	c      client.Client
@@ -110,7 +90,7 @@ func start(t *testing.T) *sandbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sandbox{t: t, bin: filepath.Join(build(t), "swh-sandbox"), out: t.TempDir(), output: &output{}, exited: make(chan struct{})}
+	s := &sandbox{t: t, bin: filepath.Join(build(t), "swh-sandbox"), out: t.TempDir(), output: &harness.Buffer{}, exited: make(chan struct{})}
 	args := []string{"-out", s.out, "-port", "0"}
 	if harness.InCI() {
 		args = append(args, "-require-postgres") // a missing PostgreSQL fails in CI

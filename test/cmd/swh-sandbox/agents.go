@@ -43,7 +43,7 @@ func (s *sandbox) startAgent(ctx context.Context, n *node) error {
 		return err
 	}
 	go func() {
-		<-p.exited
+		<-p.Exited()
 		select {
 		case <-p.stopping:
 			return // stopped on purpose: whoever stopped it updates the pod
@@ -82,12 +82,7 @@ func agentRunning(n *node) bool {
 	if n.agent == nil {
 		return false
 	}
-	select {
-	case <-n.agent.exited:
-		return false
-	default:
-		return true
-	}
+	return n.agent.Running()
 }
 
 // stopAgent stops the node's agent: its pod turns not ready and its slices

@@ -11,8 +11,6 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
-	"syscall"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +18,7 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 // manifests are the sandbox's resources; the database ones carry the label
@@ -102,7 +101,7 @@ func (p *pod) backendByPort(port string) *backend {
 // node is a simulated node and its agent.
 type node struct {
 	nodeSpec
-	agent    *process
+	agent    *child
 	cordoned bool
 	gone     bool
 }
@@ -114,7 +113,7 @@ type sandbox struct {
 	opts options
 
 	mu         sync.Mutex
-	controller *process
+	controller *child
 	nodes      []*node
 	pods       []*pod
 	primary    string // the PostgreSQL primary's pod, empty without PostgreSQL
@@ -365,7 +364,7 @@ func (s *sandbox) close() {
 	s.pending.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var procs []*process
+	var procs []*child
 	for _, n := range s.nodes {
 		if n.agent != nil {
 			procs = append(procs, n.agent)
@@ -394,67 +393,50 @@ func (s *sandbox) close() {
 	}
 }
 
-// process is a child program with its output in a log file.
-type process struct {
-	name   string
-	cmd    *exec.Cmd
-	log    *os.File
-	exited chan struct{}
+// child is one of the swh binaries the sandbox runs, its output in a log
+// file.
+type child struct {
+	*process.Proc
 	// stopping is closed when stop is called: an exit after it is expected.
 	stopping chan struct{}
+	once     sync.Once
 }
 
 // startBinary runs one of the swh binaries against the control plane, its
-// output in logDir/logName.log.
-func (s *sandbox) startBinary(binary, logName string, args ...string) (*process, error) {
+// output in logDir/logName.log (started afresh).
+func (s *sandbox) startBinary(binary, logName string, args ...string) (*child, error) {
 	path, err := findBinary(binary)
 	if err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(s.opts.logDir(), logName+".log")
-	log, err := os.Create(logPath)
+	if err := os.Remove(logPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("starting %s afresh: %w", logPath, err)
+	}
+	proc, err := process.Start(process.Spec{
+		Name: logName, Path: path, Log: logPath, DiesWithSuite: true,
+		Args: append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...),
+		Env:  []string{"KUBECONFIG=" + s.cp.Kubeconfig},
+	})
 	if err != nil {
-		return nil, fmt.Errorf("creating %s: %w", logPath, err)
+		return nil, err
 	}
-	args = append([]string{"--metrics-bind-address=0", "--health-probe-bind-address=0"}, args...)
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+s.cp.Kubeconfig)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = log.Close()
-		return nil, fmt.Errorf("starting %s: %w", path, err)
-	}
-	p := &process{name: logName, cmd: cmd, log: log, exited: make(chan struct{}), stopping: make(chan struct{})}
+	c := &child{Proc: proc, stopping: make(chan struct{})}
 	go func() {
-		err := cmd.Wait()
-		close(p.exited)
+		<-proc.Exited()
 		select {
-		case <-p.stopping:
+		case <-c.stopping:
 		default:
-			progress("WARNING: %s exited (%v); its log: %s", logName, err, logPath)
+			progress("WARNING: %s exited (%v); its log: %s", logName, proc.Err(), logPath)
 		}
 	}()
-	return p, nil
+	return c, nil
 }
 
 // stop ends the process (SIGTERM, SIGKILL after 10 s) and waits for it.
-func (p *process) stop() {
-	select {
-	case <-p.stopping:
-		<-p.exited
-		return
-	default:
-	}
-	close(p.stopping)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-	_ = p.log.Close()
+func (c *child) stop() {
+	c.once.Do(func() { close(c.stopping) })
+	c.Stop()
 }
 
 // findBinary looks for swh-controller or swh-agent next to this program,

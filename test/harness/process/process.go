@@ -1,15 +1,20 @@
-// Package process runs the programs of the suites that build a cluster out
-// of processes and network namespaces (test/e2e, test/realnode): each
-// program started inside a namespace, or in the suite's own ("the world",
-// which hack/netns.sh makes), logging to a file of the suite's folder and
-// stopped by its PID; and the proof, when the suite ends, that none of them
-// and none of the namespaces is left.
+// Package process runs the programs of every suite as one type, Proc:
+// started as a Spec says (inside a network namespace, as another user, in
+// a process group of its own), logging to a file, reaped when it exits,
+// stopped by its PID. A Group is what the suites that build a cluster out
+// of processes and network namespaces (test/e2e, test/realnode) started:
+// each program inside a namespace or in the suite's own ("the world",
+// which hack/netns.sh makes), logging to a file of the suite's folder; and
+// the proof, when the suite ends, that none of them and none of the
+// namespaces is left.
 package process
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -23,15 +28,98 @@ import (
 	"github.com/swh-dev/swh/test/harness/netns"
 )
 
-// Proc is a program a Group started, stopped by its PID.
+// Spec says how to start a program.
+type Spec struct {
+	// Name names it in messages.
+	Name string
+	Path string
+	Args []string
+	// Env is added to the suite's environment; with CleanEnv, it is the
+	// whole environment.
+	Env      []string
+	CleanEnv bool
+	// Dir is its working folder; empty: the suite's.
+	Dir string
+	// Log is the file its standard output and error are appended to;
+	// empty: they go to Output (nowhere when nil).
+	Log    string
+	Output io.Writer
+	// Credential runs it as another user.
+	Credential *syscall.Credential
+	// OwnGroup makes it lead a process group of its own, which Stop and
+	// Kill signal whole: nothing it forked outlives it.
+	OwnGroup bool
+	// DiesWithSuite kills it (SIGKILL) when the suite's process dies
+	// without stopping it: a panic or a kill skips the cleanups. The
+	// kernel ties it to the thread that started it: with Within, that
+	// thread must outlive it (netns.Namespace.Do's does, unless it cannot
+	// return to its own namespace).
+	DiesWithSuite bool
+	// Within starts it, for example (*netns.Namespace).Do to start it
+	// inside a network namespace; nil: directly.
+	Within func(start func() error) error
+	// StopSignal is what Stop sends first (SIGTERM when zero); StopTimeout
+	// is how long Stop waits for the exit before SIGKILL (10 s when zero).
+	StopSignal  syscall.Signal
+	StopTimeout time.Duration
+}
+
+// Proc is a running program, stopped by its PID: the one process type of
+// every suite, whatever it runs (a control plane's kube-controller-manager,
+// a PostgreSQL server, a node's kubelet, an swh binary).
 type Proc struct {
 	Name string
 	PID  int
-	// Log is the file its standard output and error go to.
+	// Log is the file its standard output and error go to; empty when
+	// Spec.Log was.
 	Log string
 
+	group       bool
+	stopSignal  syscall.Signal
 	stopTimeout time.Duration
 	done        chan struct{}
+	err         error
+}
+
+// Start runs a program as spec says, and reaps it when it exits.
+func Start(spec Spec) (*Proc, error) {
+	cmd := exec.Command(spec.Path, spec.Args...)
+	cmd.Env = append(os.Environ(), spec.Env...)
+	if spec.CleanEnv {
+		cmd.Env = spec.Env
+	}
+	cmd.Dir = spec.Dir
+	cmd.Stdout, cmd.Stderr = spec.Output, spec.Output
+	if spec.Log != "" {
+		log, err := os.OpenFile(spec.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("opening the log of %s: %w", spec.Name, err)
+		}
+		// The child holds its own copy once started.
+		defer func() { _ = log.Close() }()
+		cmd.Stdout, cmd.Stderr = log, log
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: spec.Credential, Setpgid: spec.OwnGroup}
+	if spec.DiesWithSuite {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	start := cmd.Start
+	var err error
+	if spec.Within != nil {
+		err = spec.Within(start)
+	} else {
+		err = start()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
+	}
+	p := &Proc{Name: spec.Name, PID: cmd.Process.Pid, Log: spec.Log, group: spec.OwnGroup,
+		stopSignal: cmp.Or(spec.StopSignal, syscall.SIGTERM), stopTimeout: cmp.Or(spec.StopTimeout, 10*time.Second), done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
 }
 
 // Running reports whether the process has not exited.
@@ -44,32 +132,58 @@ func (p *Proc) Running() bool {
 	}
 }
 
-// Stop sends SIGTERM, then SIGKILL after the group's stop timeout, and
-// waits for the exit.
+// Exited is closed when the process has exited.
+func (p *Proc) Exited() <-chan struct{} { return p.done }
+
+// Err is how the process exited (nil for status 0); call it once Exited
+// is closed.
+func (p *Proc) Err() error {
+	<-p.done
+	return p.err
+}
+
+// Signal sends sig to the process (to its group with Spec.OwnGroup).
+func (p *Proc) Signal(sig syscall.Signal) error {
+	pid := p.PID
+	if p.group {
+		pid = -pid
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// Stop sends the stop signal, then SIGKILL after the stop timeout, and
+// waits for the exit; with Spec.OwnGroup, what the process forked is
+// killed too.
 func (p *Proc) Stop() {
-	if !p.Running() {
-		return
+	if p.Running() {
+		_ = p.Signal(p.stopSignal)
+		select {
+		case <-p.done:
+		case <-time.After(p.stopTimeout):
+		}
 	}
-	_ = syscall.Kill(p.PID, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(p.stopTimeout):
-		p.Kill()
-	}
+	p.Kill()
 }
 
 // Kill ends the process at once (SIGKILL), as a crash or a lost machine
-// would, and waits for the exit.
+// would, and waits for the exit; with Spec.OwnGroup, its whole group.
 func (p *Proc) Kill() {
-	if !p.Running() {
-		return
+	if p.group {
+		// Even once the leader is gone: nothing of it may outlive it.
+		_ = syscall.Kill(-p.PID, syscall.SIGKILL)
+	} else if p.Running() {
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
 	}
-	_ = syscall.Kill(p.PID, syscall.SIGKILL)
 	<-p.done
 }
 
 // LogTail returns the last lines of the process's log.
-func (p *Proc) LogTail(lines int) string { return Tail(p.Log, lines) }
+func (p *Proc) LogTail(lines int) string {
+	if p.Log == "" {
+		return "(no log: its output went elsewhere)"
+	}
+	return Tail(p.Log, lines)
+}
 
 // Tail returns the last lines of a file, or why it cannot be read.
 func Tail(file string, lines int) string {
@@ -113,26 +227,22 @@ func (g *Group) NewNS(name string) (*netns.Namespace, error) {
 }
 
 // Start runs a program inside ns (the world when nil), with env added to
-// the suite's environment, logging to name.log in the group's folder.
+// the suite's environment, logging to name.log in the group's folder, and
+// records it.
 func (g *Group) Start(ns *netns.Namespace, name string, env []string, path string, args ...string) (*Proc, error) {
-	log, err := os.Create(filepath.Join(g.dir, name+".log"))
-	if err != nil {
-		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
+	log := filepath.Join(g.dir, name+".log")
+	// A program started again under its name starts a fresh log.
+	if err := os.Remove(log); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("the log of %s: %w", name, err)
 	}
-	defer func() { _ = log.Close() }()
-	cmd := exec.Command(path, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = log, log
+	spec := Spec{Name: name, Path: path, Args: args, Env: env, Log: log, StopTimeout: g.stopTimeout}
 	if ns != nil {
-		err = ns.Do(cmd.Start)
-	} else {
-		err = cmd.Start()
+		spec.Within = ns.Do
 	}
+	p, err := Start(spec)
 	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return nil, err
 	}
-	p := &Proc{Name: name, PID: cmd.Process.Pid, Log: log.Name(), stopTimeout: g.stopTimeout, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); close(p.done) }()
 	g.mu.Lock()
 	g.procs = append(g.procs, p)
 	g.mu.Unlock()

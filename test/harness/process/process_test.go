@@ -3,7 +3,9 @@ package process
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -90,5 +92,63 @@ func TestTail(t *testing.T) {
 func TestWaitLinksGone(t *testing.T) {
 	if err := WaitLinksGone(context.Background(), "swh-no-such-link-"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestStartSpec: a program gets exactly the environment and folder it is
+// given, its stop signal, and with OwnGroup nothing it forked outlives
+// Stop, even what ignores the signal.
+func TestStartSpec(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	childPID := filepath.Join(dir, "child")
+	p, err := Start(Spec{
+		Name: "leader", Path: "/bin/sh", Dir: dir, Log: log, OwnGroup: true, DiesWithSuite: true,
+		Env: []string{"WORD=hello", "PATH=/usr/bin:/bin"}, CleanEnv: true,
+		StopSignal: syscall.SIGINT, StopTimeout: 5 * time.Second,
+		Args: []string{"-c", `echo "$WORD $(pwd) ${HOME:-no-home}"; (trap "" INT TERM; exec sleep 30) & echo $! > child; trap "echo got-int; exit 3" INT; while :; do sleep 0.1; done`},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var child int
+	for {
+		data, _ := os.ReadFile(childPID)
+		if _, err := fmt.Sscan(string(data), &child); err == nil && child > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no child started; log: %s", p.LogTail(5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got, want := p.LogTail(1), "hello "+dir+" no-home"; got != want {
+		t.Errorf("first line %q, want %q (only the environment given, in its folder)", got, want)
+	}
+	p.Stop()
+	if p.Running() || !strings.Contains(p.LogTail(1), "got-int") {
+		t.Errorf("running %t, last line %q: want stopped by SIGINT", p.Running(), p.LogTail(1))
+	}
+	var exit *exec.ExitError
+	if err := p.Err(); !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Errorf("Err() = %v, want exit status 3", err)
+	}
+	waitGone(t, child)
+}
+
+// waitGone waits until pid is gone (or a zombie nobody reaps yet).
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || strings.Contains(string(stat[strings.LastIndexByte(string(stat), ')')+1:]), " Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d, forked by the stopped one, still runs: %s", pid, stat)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
