@@ -87,22 +87,22 @@ run: ## Start the local sandbox: control plane, controller, 3 agents, real backe
 
 .PHONY: bench-controller
 bench-controller: tools build ## Scale check: 10,000 resources at once (SWH_SCALE_RESOURCES=1000 for a short run), the controller beside a raw client making the same writes: time to settle, writes, memory.
-	@cd test && go test -c -o $(BIN)/controller.test ./controller/
-	@hack/netns.sh bash -c 'cd test/controller && $(BIN)/controller.test -test.run "^$$" -test.bench BenchmarkControllerScale -test.benchtime 1x'
+	@cd test && go test -c -o $(BIN)/controller.test ./integration/controller/
+	@hack/netns.sh bash -c 'cd test/integration/controller && $(BIN)/controller.test -test.run "^$$" -test.bench BenchmarkControllerScale -test.benchtime 1x'
 
 
 .PHONY: bench-agent
 bench-agent: tools build ## Agent reaction time, slice writes per change, footprint and CPU per probe at 1,000 pods, with real backends.
-	@cd test && go test -c -o $(BIN)/agent.test ./agent/
-	@hack/netns.sh bash -c 'cd test/agent && $(BIN)/agent.test -test.run "^$$" -test.bench BenchmarkAgent -test.benchtime 1x'
+	@cd test && go test -c -o $(BIN)/agent.test ./integration/agent/
+	@hack/netns.sh bash -c 'cd test/integration/agent && $(BIN)/agent.test -test.run "^$$" -test.bench BenchmarkAgent -test.benchtime 1x'
 
 .PHONY: test
 test: ## Run every test: unit tests, then the integration suites in a private network namespace.
 	@hack/test.sh
 
 # The fast loop: unit tests only (no control plane, no namespace), then one
-# integration suite at a time, e.g. make integration SUITES=./controller/ RUN=TestAdopt.
-SUITES ?= $(shell cd test && go list ./... | grep -v -e "/test/e2e$$" -e "/test/release$$" -e "/test/realnode$$")
+# integration suite at a time, e.g. make integration SUITES=./integration/controller/ RUN=TestAdopt.
+SUITES ?= $(shell cd test && go list ./... | grep -v -e "/test/e2e$$" -e "/test/release$$" -e "/test/e2e/realnode$$")
 RUN ?= .
 
 .PHONY: unit
@@ -110,7 +110,7 @@ unit: ## Unit tests of every released module: no control plane, no network names
 	@for m in $(shell $(ROOT)/hack/modules.sh list libraries binaries); do (cd $$m && go test -count=1 ./...); done
 
 .PHONY: integration
-integration: ## Integration suites (real kube-apiserver, etcd, PostgreSQL) in a private network namespace; SUITES=./controller/ RUN=TestX to narrow.
+integration: ## Integration suites (real kube-apiserver, etcd, PostgreSQL) in a private network namespace; SUITES=./integration/controller/ RUN=TestX to narrow.
 	@hack/build-tools.sh kube-apiserver etcd controller-gen helm kube-controller-manager
 	@cd test && go mod download # the namespace has no registry
 	@hack/netns.sh env GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m -run "$(RUN)" $(SUITES)'
@@ -135,16 +135,16 @@ e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) ca
 .PHONY: realnode
 realnode: images ## Real-node suite: the chart on real kubelet nodes under traffic (install, upgrade, failover, rollout, node failure).
 	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm
-	@cd test && go test -c -o $(BIN)/realnode.test ./realnode/
-	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=30m $(REALNODE_FLAGS)' $(BIN)/realnode.test
+	@cd test && go test -c -o $(BIN)/realnode.test ./e2e/realnode/
+	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/e2e/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=30m $(REALNODE_FLAGS)' $(BIN)/realnode.test
 
 # The same cluster: a plain Service fed by kubelet's readiness probe and a
 # resource with the same check, side by side on the same failures.
 .PHONY: bench-datapath
 bench-datapath: images ## Built-in readiness vs ours on real kubelets: failure → kube-proxy stops sending, and their ratio.
 	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm
-	@cd test && go test -c -o $(BIN)/realnode.test ./realnode/
-	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/realnode && exec "$$0" -test.run "^$$" -test.bench BenchmarkFailureReaction -test.benchtime 6x -test.timeout=30m' $(BIN)/realnode.test
+	@cd test && go test -c -o $(BIN)/realnode.test ./e2e/realnode/
+	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/e2e/realnode && exec "$$0" -test.run "^$$" -test.bench BenchmarkFailureReaction -test.benchtime 6x -test.timeout=30m' $(BIN)/realnode.test
 
 # The run happens in a private network namespace (hack/netns.sh): its load on
 # 127.0.0.1, and the TIME_WAIT sockets it counts, are its own.
@@ -160,5 +160,5 @@ bench-probes: ## Probers and scheduler side by side with kubelet's and raw basel
 .PHONY: bench-slices
 bench-slices: ## Slice layouts, ours vs the built-in controller's, at 500-5,000 nodes: objects, bytes, writes per change.
 	@mkdir -p $(BIN)
-	@cd test && go test -c -o $(BIN)/slicesim.test ./slicesim/
-	@hack/netns.sh bash -c 'cd test/slicesim && $(BIN)/slicesim.test -test.run "^$$" -test.bench BenchmarkSliceLayouts -test.benchtime 1x -test.timeout 20m $(SLICESIM_FLAGS)'
+	@cd test && go test -c -o $(BIN)/slicesim.test ./simulation/slicesim/
+	@hack/netns.sh bash -c 'cd test/simulation/slicesim && $(BIN)/slicesim.test -test.run "^$$" -test.bench BenchmarkSliceLayouts -test.benchtime 1x -test.timeout 20m $(SLICESIM_FLAGS)'

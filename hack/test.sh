@@ -29,9 +29,9 @@ command -v unshare >/dev/null || missing+=(util-linux)
 command -v nft >/dev/null || missing+=(nftables)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v conntrack >/dev/null || missing+=(conntrack) # e2e: evidence when requests fail
-command -v containerd >/dev/null || missing+=(containerd) # test/images, test/realnode
-command -v runc >/dev/null || missing+=(runc) # test/realnode: the nodes' containers
-[ -x /usr/lib/cni/ptp ] || [ -x /opt/cni/bin/ptp ] || missing+=(containernetworking-plugins) # test/realnode: pod networks
+command -v containerd >/dev/null || missing+=(containerd) # test/images, test/e2e/realnode
+command -v runc >/dev/null || missing+=(runc) # test/e2e/realnode: the nodes' containers
+[ -x /usr/lib/cni/ptp ] || [ -x /opt/cni/bin/ptp ] || missing+=(containernetworking-plugins) # test/e2e/realnode: pod networks
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "installing ${missing[*]} from Debian's packages"
@@ -85,7 +85,7 @@ step "integration suites inside a private network namespace"
 # test/e2e runs below, once per kube-proxy mode (make e2e); test/release
 # after these, alone: it compiles the agent as an outside user would (a few
 # CPU-minutes), which must not starve the timing-sensitive suites.
-hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m $(go list ./... | grep -v -e "/test/e2e$" -e "/test/release$" -e "/test/realnode$")'
+hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m $(go list ./... | grep -v -e "/test/e2e$" -e "/test/release$" -e "/test/e2e/realnode$")'
 hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 20m ./release/'
 # test/peers is a module of its own (it needs k8s.io/kubernetes for kubelet's
 # probers): a short run of the comparison, on its own loopback.

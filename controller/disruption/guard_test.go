@@ -28,7 +28,7 @@ import (
 // The guard's branches that need no API server's behaviour: what it lets
 // through at once, and that it answers 429, never an error the API server
 // turns into 500 (kubectl drain gives up on a 500), when it cannot decide.
-// test/disruption covers the decisions against a real API server.
+// test/integration/disruption covers the decisions against a real API server.
 
 func fakeGuard(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *Guard {
 	t.Helper()

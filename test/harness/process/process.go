@@ -2,7 +2,7 @@
 // started as a Spec says (inside a network namespace, as another user, in
 // a process group of its own), logging to a file, reaped when it exits,
 // stopped by its PID. A Group is what the suites that build a cluster out
-// of processes and network namespaces (test/e2e, test/realnode) started:
+// of processes and network namespaces (test/e2e, test/e2e/realnode) started:
 // each program inside a namespace or in the suite's own ("the world",
 // which hack/netns.sh makes), logging to a file of the suite's folder; and
 // the proof, when the suite ends, that none of them and none of the

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/e2e/realnode"
 	"github.com/swh-dev/swh/test/harness"
-	"github.com/swh-dev/swh/test/realnode"
 )
 
 // passAfter is how long a catching-up workload's probed port fails after

@@ -15,8 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/swh-dev/swh/test/e2e/realnode"
 	"github.com/swh-dev/swh/test/harness"
-	"github.com/swh-dev/swh/test/realnode"
 )
 
 // TestPodsRunOnEveryNode: a Deployment of the workload image spreads over

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/e2e/realnode"
 	"github.com/swh-dev/swh/test/harness"
-	"github.com/swh-dev/swh/test/realnode"
 )
 
 // TestInstall (scenario 1): the chart's pods run Ready on real kubelets, a

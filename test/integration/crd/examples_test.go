@@ -16,7 +16,7 @@ import (
 
 // docsExamples is where the documentation's manifests live; docs/examples.md
 // promises they apply as they are.
-const docsExamples = "../../docs/examples"
+const docsExamples = "../../../docs/examples"
 
 // documentSeparator splits a multi-document YAML stream.
 var documentSeparator = regexp.MustCompile(`(?m)^---[ \t]*$`)

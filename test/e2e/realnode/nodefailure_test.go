@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/swh-dev/swh/test/e2e"
+	"github.com/swh-dev/swh/test/e2e/realnode"
 	"github.com/swh-dev/swh/test/harness"
-	"github.com/swh-dev/swh/test/realnode"
 )
 
 // TestNodeFailure (scenario 5): one node's machine loses power (kubelet,

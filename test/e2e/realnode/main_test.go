@@ -10,9 +10,9 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/swh-dev/swh/test/e2e/realnode"
 	"github.com/swh-dev/swh/test/harness"
 	"github.com/swh-dev/swh/test/images"
-	"github.com/swh-dev/swh/test/realnode"
 )
 
 // cluster is the suite's one cluster: starting it takes half a minute, and
