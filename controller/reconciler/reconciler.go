@@ -102,12 +102,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	if svc != nil && ownedBy(svc, swh) {
-		cond, requeue, err = r.cleanUpBuiltin(ctx, swh, svc, published, cond, requeue)
+		var step builtinCleanup
+		cond, requeue, step, err = r.cleanUpBuiltin(ctx, swh, svc, published, cond, requeue)
 		if apierrors.IsForbidden(err) {
 			cond, err = r.forbidden(cond, err), nil
+			requeue = sooner(requeue, forbiddenRetry)
 		}
 		if err != nil {
-			if cond.Reason == swhv1alpha1.ReasonSelectorRemoved || cond.Reason == swhv1alpha1.ReasonAdopting {
+			if step == cleanupAfterAdoption || step == cleanupAfterSelector {
 				// Only the status tells the retry that built-in slices
 				// remain (the selector is gone, the Service is owned).
 				_, werr := r.writeStatus(ctx, swh, computeStatus(swh, svc, published, cond))
@@ -118,9 +120,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	r.eventOnTransition(swh, cond)
 	res, err := r.writeStatus(ctx, swh, computeStatus(swh, svc, published, cond))
-	if cond.Reason == swhv1alpha1.ReasonForbidden {
-		requeue = sooner(requeue, forbiddenRetry)
-	}
 	if err == nil && res.RequeueAfter == 0 {
 		res.RequeueAfter = requeue
 	}
@@ -161,7 +160,7 @@ func (r *Reconciler) syncService(ctx context.Context, swh *swhv1alpha1.ServiceWi
 				// a status saying "refused" would not be retried.
 				switch {
 				case apierrors.IsForbidden(err):
-					return serviceState{svc: p.svc, cond: r.forbidden(cond, err)}, nil
+					return r.forbiddenState(p.svc, err), nil
 				case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 					return serviceState{svc: p.svc, cond: r.rejected(cond, err)}, nil
 				case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
@@ -206,7 +205,7 @@ func (r *Reconciler) apply(ctx context.Context, swh *swhv1alpha1.ServiceWithHeal
 		r.Metrics.serviceWrite(writeResult(err))
 		switch {
 		case apierrors.IsForbidden(err):
-			return nil, serviceState{svc: svc, cond: r.forbidden(cond, err)}, nil
+			return nil, r.forbiddenState(svc, err), nil
 		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 			log.FromContext(ctx).Info("the API server refused the child Service", "error", err.Error())
 			return nil, serviceState{svc: svc, cond: r.rejected(cond, err)}, nil
@@ -227,13 +226,13 @@ func (r *Reconciler) apply(ctx context.Context, swh *swhv1alpha1.ServiceWithHeal
 
 // cleanUpBuiltin does what decideCleanup says is left to do about the
 // built-in controller's slices of an owned Service, and returns the
-// condition and wait that follow.
-func (r *Reconciler) cleanUpBuiltin(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, agentSlices []discoveryv1.EndpointSlice, cond metav1.Condition, requeue time.Duration) (metav1.Condition, time.Duration, error) {
+// condition and wait that follow, and the step it took.
+func (r *Reconciler) cleanUpBuiltin(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, svc *corev1.Service, agentSlices []discoveryv1.EndpointSlice, cond metav1.Condition, requeue time.Duration) (metav1.Condition, time.Duration, builtinCleanup, error) {
 	var err error
 	step := decideCleanup(cond, wasForbidden(swh))
 	if step == cleanupLookForLeftovers {
 		if cond, err = r.resumeAfterForbidden(ctx, swh, cond); err != nil {
-			return cond, requeue, err
+			return cond, requeue, step, err
 		}
 		step = decideCleanup(cond, false)
 	}
@@ -243,7 +242,7 @@ func (r *Reconciler) cleanUpBuiltin(ctx context.Context, swh *swhv1alpha1.Servic
 		// not those of a node just deleted, not yet collected.
 		var stale map[*discoveryv1.EndpointSlice]string
 		if stale, err = findStale(ctx, r.Client, r.APIReader, svc, agentSlices, true); err != nil {
-			return cond, requeue, err
+			return cond, requeue, step, err
 		}
 		live := make([]discoveryv1.EndpointSlice, 0, len(agentSlices))
 		for i := range agentSlices {
@@ -257,7 +256,7 @@ func (r *Reconciler) cleanUpBuiltin(ctx context.Context, swh *swhv1alpha1.Servic
 		cond, recheck, err = r.finishSelectorRemoval(ctx, swh, cond)
 		requeue = sooner(requeue, recheck)
 	}
-	return cond, requeue, err
+	return cond, requeue, step, err
 }
 
 // sooner returns the shorter of two waits, 0 meaning none.
@@ -275,6 +274,12 @@ func (r *Reconciler) rejected(cond metav1.Condition, err error) metav1.Condition
 }
 
 // forbidden reports a write that RBAC or an admission plugin refused.
+// forbiddenState ends a pass whose write of the Service the API server
+// forbade: a condition, retried every forbiddenRetry.
+func (r *Reconciler) forbiddenState(svc *corev1.Service, err error) serviceState {
+	return serviceState{svc: svc, cond: r.forbidden(metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced}, err), after: forbiddenRetry}
+}
+
 func (r *Reconciler) forbidden(cond metav1.Condition, err error) metav1.Condition {
 	cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonForbidden
 	cond.Message = fmt.Sprintf("the API server forbade a write of the controller (see its RBAC; retried every %s and on changes): %v", forbiddenRetry, err)

@@ -79,7 +79,7 @@ func (r *Reconciler) putBack(ctx context.Context, swh *swhv1alpha1.ServiceWithHe
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
 		return putBackResult{done: true, state: serviceState{retry: true}}, nil // the cache was behind
 	case apierrors.IsForbidden(err):
-		return putBackResult{done: true, state: serviceState{svc: svc, cond: r.forbidden(cond, err)}}, nil
+		return putBackResult{done: true, state: r.forbiddenState(svc, err)}, nil
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 		cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonServiceDrifted
 		cond.Message = fmt.Sprintf("someone changed the child Service (%s) and the API server refused to put it back: %v", d, err)
