@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -28,10 +26,13 @@ type event struct {
 	reason    string
 	// action names what the event says: the recorder folds an event into
 	// an earlier one of the same type, reason, action and objects (a
-	// series), which is how a standing problem told at every reconcile
-	// costs no write. Transitions are never folded (transitionAction).
+	// series, counted in memory and written every 30 minutes). News are
+	// never folded (numbered).
 	action string
 	note   string
+	// standing marks a problem told at every reconcile while it stands:
+	// the recorder folds the repeats, and its log line is at verbosity 1.
+	standing bool
 }
 
 // emit records events on swh, or on what they regard, and logs each: the
@@ -47,40 +48,42 @@ func (p *Publisher) emit(ctx context.Context, swh *swhv1alpha1.ServiceWithHealth
 			regarding = &corev1.ObjectReference{Kind: "ServiceWithHealthchecks", APIVersion: swhv1alpha1.GroupVersion.String(),
 				Namespace: swh.Namespace, Name: swh.Name, UID: swh.UID}
 		}
-		note := eventNote(e.note)
+		note, log := eventNote(e.note), logger
+		if e.standing {
+			log = logger.V(1)
+		}
 		if e.related == nil {
-			logger.Info("event", "type", e.eventtype, "reason", e.reason, "note", e.note)
+			log.Info("event", "type", e.eventtype, "reason", e.reason, "note", e.note)
 			// A nil reference must reach the recorder as a nil interface.
 			p.recorder.Eventf(regarding, nil, e.eventtype, e.reason, e.action, "%s", note)
 			continue
 		}
-		logger.Info("event", "type", e.eventtype, "reason", e.reason, "related", e.related.Name, "note", e.note)
+		log.Info("event", "type", e.eventtype, "reason", e.reason, "related", e.related.Name, "note", e.note)
 		p.recorder.Eventf(regarding, e.related, e.eventtype, e.reason, e.action, "%s", note)
 	}
 }
 
-// transitionAction is the action of an endpoint's transition: numbered,
-// so that the recorder never folds one into an earlier one. It writes the
-// third and later occurrences of a series only when the series ends,
-// minutes later: a pod failing the same way a third time would show its
-// recovery before as its newest event.
-func (p *Publisher) transitionAction() string {
-	return "PublishEndpoints#" + strconv.FormatUint(p.transitions.Add(1), 10)
+// numbered returns action with a number of its own, for news that the
+// recorder must not fold into an earlier event: it writes the third and
+// later occurrences of a series only when the series ends, minutes later,
+// and keeps the first one's note, so a pod failing the same way a third
+// time would show its recovery before as its newest event.
+func (p *Publisher) numbered(action string) string {
+	return action + "#" + strconv.FormatUint(p.told.Add(1), 10)
 }
 
 // endpointEvents tells what changed for the endpoints of a resource between
-// the slices before this reconcile and after it (see endpointNews): per
-// pod, one event for the ports that became ready and one for the ports
-// that became not ready or are not ready for a new reason, related to the
-// pod.
-func (p *Publisher) endpointEvents(swh *swhv1alpha1.ServiceWithHealthchecks, before, after []discoveryv1.EndpointSlice, why notReadyReasons) []event {
-	resource := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
+// what its slices published before and what they publish after (see
+// endpointNews): per pod, one event for the ports that became ready and one
+// for the ports that became not ready or are not ready for a new reason,
+// related to the pod.
+func (p *Publisher) endpointEvents(swh *swhv1alpha1.ServiceWithHealthchecks, before, after map[podPort]endpointState, why notReadyReasons) []event {
 	var out []event
-	for _, n := range endpointNews(publishedStates(ownedBy(resource, before)), publishedStates(after), why) {
+	for _, n := range endpointNews(before, after, why) {
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: swh.Namespace, Name: n.pod.name, UID: n.pod.uid}
 		if len(n.ready) > 0 {
 			out = append(out, event{related: related, eventtype: corev1.EventTypeNormal, reason: swhv1alpha1.EventReasonEndpointReady,
-				action: p.transitionAction(), note: fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.nodeName, portClause(n.ready, ""))})
+				action: p.numbered("PublishEndpoints"), note: fmt.Sprintf("pod %s on node %s is ready on %s", n.pod.name, p.nodeName, portClause(n.ready, ""))})
 		}
 		if len(n.notReady) == 0 {
 			continue
@@ -90,17 +93,25 @@ func (p *Publisher) endpointEvents(swh *swhv1alpha1.ServiceWithHealthchecks, bef
 			eventtype = corev1.EventTypeWarning
 		}
 		out = append(out, event{related: related, eventtype: eventtype, reason: swhv1alpha1.EventReasonEndpointNotReady,
-			action: p.transitionAction(), note: fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.nodeName, notReadyClauses(n.notReady))})
+			action: p.numbered("PublishEndpoints"), note: fmt.Sprintf("pod %s on node %s is not ready on %s", n.pod.name, p.nodeName, notReadyClauses(n.notReady))})
 	}
 	return out
 }
 
-// collisionEvents tells SliceNameTaken for every collision, relating it to
-// the slice that holds the name so that two collisions are two events; a
-// collision told at every reconcile is folded by the recorder.
-func (p *Publisher) collisionEvents(swh *swhv1alpha1.ServiceWithHealthchecks, collisions []endpoints.Collision) []event {
+// collisionEvents tells SliceNameTaken for every collision whose slice the
+// plan created under its other name: the news of a collision, once (an agent
+// that restarts finds the slice made). It relates the event to the slice
+// that holds the name, so that two collisions are two events.
+func (p *Publisher) collisionEvents(swh *swhv1alpha1.ServiceWithHealthchecks, changes endpoints.Changes) []event {
+	created := map[string]bool{}
+	for i := range changes.Create {
+		created[changes.Create[i].Name] = true
+	}
 	var out []event
-	for _, c := range collisions {
+	for _, c := range changes.Collisions {
+		if !created[c.Renamed] {
+			continue
+		}
 		holder := &corev1.ObjectReference{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1", Namespace: swh.Namespace, Name: c.Name}
 		out = append(out, event{related: holder, eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonSliceNameTaken,
 			action: "PublishEndpoints", note: c.String()})

@@ -46,13 +46,13 @@ func TestNotReadyClauses(t *testing.T) {
 	}
 }
 
-// TestTransitionActionsAreUnique: no two transitions share an action, so
-// the recorder folds none into another.
-func TestTransitionActionsAreUnique(t *testing.T) {
+// TestNumberedActionsAreUnique: no two news share an action, so the
+// recorder folds none into another.
+func TestNumberedActionsAreUnique(t *testing.T) {
 	p := &Publisher{}
 	seen := map[string]bool{}
 	for range 100 {
-		a := p.transitionAction()
+		a := p.numbered("PublishEndpoints")
 		if seen[a] || !strings.HasPrefix(a, "PublishEndpoints#") || len(a) > 128 {
 			t.Fatalf("action %q: seen before %t, want a new PublishEndpoints#n within the API's 128 bytes", a, seen[a])
 		}
@@ -95,8 +95,8 @@ func TestEventNoteFitsTheAPILimit(t *testing.T) {
 
 // TestEventsAsValues: the stages return the events to emit, as values: a
 // pod's failure once (not again while it stays), its recovery, each with
-// an action of its own; a collision at every reconcile, with the same
-// action, for the recorder to fold.
+// an action of its own; a collision when its slice is made under another
+// name.
 func TestEventsAsValues(t *testing.T) {
 	p := &Publisher{nodeName: "node-a"}
 	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
@@ -141,16 +141,18 @@ func TestEventsAsValues(t *testing.T) {
 			`Normal EndpointReady PublishEndpoints#3 web-1: pod web-1 on node node-a is ready on port "http"`},
 	}
 	for _, s := range steps {
-		if got := describe(p.endpointEvents(swh, s.before, s.after, s.why)); got != s.want {
+		if got := describe(p.endpointEvents(swh, publishedStates(s.before), publishedStates(s.after), s.why)); got != s.want {
 			t.Errorf("%s: events %q, want %q", s.name, got, s.want)
 		}
 	}
 	collision := []endpoints.Collision{{Name: "web-http", Renamed: "web-http-2", HolderService: "other"}}
-	if got := p.collisionEvents(swh, collision); len(got) != 1 || got[0].reason != swhv1alpha1.EventReasonSliceNameTaken || got[0].related.Name != "web-http" {
+	renamed := endpoints.Changes{Collisions: collision, Create: []discoveryv1.EndpointSlice{{ObjectMeta: metav1.ObjectMeta{Name: "web-http-2"}}}}
+	if got := p.collisionEvents(swh, renamed); len(got) != 1 || got[0].reason != swhv1alpha1.EventReasonSliceNameTaken || got[0].related.Name != "web-http" {
 		t.Errorf("collision events %+v, want one SliceNameTaken about web-http", got)
 	}
-	if again := p.collisionEvents(swh, collision); len(again) != 1 || again[0].action != "PublishEndpoints" {
-		t.Errorf("the collision told again %+v, want it with the same action", again)
+	// Planned again once the renamed slice exists: no news.
+	if again := p.collisionEvents(swh, endpoints.Changes{Collisions: collision}); len(again) != 0 {
+		t.Errorf("the collision told again %+v", again)
 	}
 }
 

@@ -41,24 +41,36 @@ var testKey = types.NamespacedName{Namespace: "ns", Name: "web"}
 // sliceFaults makes slice writes fail: an operation ("create", "update",
 // "delete") answers with its error, every time or only the first.
 type sliceFaults struct {
-	mu    sync.Mutex
-	errs  map[string]error
-	once  bool
-	calls map[string]int
+	mu   sync.Mutex
+	errs map[string]error
+	once bool
+	// landed makes the write first, then answers with the error: an
+	// update committed before its answer timed out.
+	landed bool
+	calls  map[string]int
 }
 
 func (f *sliceFaults) set(op string, err error, once bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.errs, f.once = map[string]error{op: err}, once
+	f.errs, f.once, f.landed = map[string]error{op: err}, once, false
+}
+
+// setLanded makes the next op write, then answer err.
+func (f *sliceFaults) setLanded(op string, err error) {
+	f.set(op, err, true)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.landed = true
 }
 
 func (f *sliceFaults) clear() { f.set("", nil, false) }
 
-// answer counts a write of a slice and returns its injected error.
-func (f *sliceFaults) answer(op string, obj client.Object) error {
+// answer counts a write of a slice and returns its injected error, and
+// whether the write is made first.
+func (f *sliceFaults) answer(op string, obj client.Object) (error, bool) {
 	if _, ok := obj.(*discoveryv1.EndpointSlice); !ok {
-		return nil
+		return nil, false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -70,28 +82,36 @@ func (f *sliceFaults) answer(op string, obj client.Object) error {
 	if f.once {
 		delete(f.errs, op)
 	}
+	return err, f.landed && err != nil
+}
+
+// write answers a write of the fake API server as f says.
+func (f *sliceFaults) write(op string, obj client.Object, do func() error) error {
+	err, landed := f.answer(op, obj)
+	switch {
+	case err == nil:
+		return do()
+	case landed:
+		// The answer is lost: the caller's object stays as it sent it.
+		sent := obj.DeepCopyObject().(client.Object)
+		if werr := do(); werr != nil {
+			return werr
+		}
+		obj.SetResourceVersion(sent.GetResourceVersion())
+	}
 	return err
 }
 
 func (f *sliceFaults) funcs() interceptor.Funcs {
 	return interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if err := f.answer("create", obj); err != nil {
-				return err
-			}
-			return c.Create(ctx, obj, opts...)
+			return f.write("create", obj, func() error { return c.Create(ctx, obj, opts...) })
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			if err := f.answer("update", obj); err != nil {
-				return err
-			}
-			return c.Update(ctx, obj, opts...)
+			return f.write("update", obj, func() error { return c.Update(ctx, obj, opts...) })
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			if err := f.answer("delete", obj); err != nil {
-				return err
-			}
-			return c.Delete(ctx, obj, opts...)
+			return f.write("delete", obj, func() error { return c.Delete(ctx, obj, opts...) })
 		},
 	}
 }
@@ -297,4 +317,17 @@ func describe(s *discoveryv1.EndpointSlice) string {
 		return "<none>"
 	}
 	return fmt.Sprintf("%s labels %v endpoints %d", s.Name, s.Labels, len(s.Endpoints))
+}
+
+// drainEvents returns the events recorded since the last call.
+func (w *fakeWorld) drainEvents() []string {
+	var out []string
+	for {
+		select {
+		case e := <-w.events.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strconv"
+	"sync"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -177,12 +178,41 @@ func endpointNews(before, after map[podPort]endpointState, why notReadyReasons) 
 	return slices.DeleteFunc(out, func(n podNews) bool { return len(n.ready) == 0 && len(n.notReady) == 0 })
 }
 
-// sameReason compares two annotation entries by reason and probe; two
-// missing entries are the same (the annotation may drop entries to stay
-// within its bound).
+// sameReason compares two annotation entries by reason and probe; a
+// missing entry is no news (the annotation drops entries to stay within its
+// bound, and one that does not parse has none).
 func sameReason(a, b *swhv1alpha1.EndpointReason) bool {
-	if a == nil || b == nil {
-		return a == nil && b == nil
+	return a == nil || b == nil || a.SameReason(*b)
+}
+
+// untold keeps, per resource, what its slices published before a write
+// that failed, until a write succeeds and its news are told.
+type untold struct {
+	mu     sync.Mutex
+	before map[types.NamespacedName]map[podPort]endpointState
+}
+
+func (u *untold) get(key types.NamespacedName) (map[podPort]endpointState, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	states, ok := u.before[key]
+	return states, ok
+}
+
+// keep records states unless an earlier failed write left some.
+func (u *untold) keep(key types.NamespacedName, states map[podPort]endpointState) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.before == nil {
+		u.before = map[types.NamespacedName]map[podPort]endpointState{}
 	}
-	return a.SameReason(*b)
+	if _, ok := u.before[key]; !ok {
+		u.before[key] = states
+	}
+}
+
+func (u *untold) forget(key types.NamespacedName) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	delete(u.before, key)
 }

@@ -63,6 +63,8 @@ func TestEndpointNews(t *testing.T) {
 		{"terminating, then failing", state(false, "terminating"), state(false, "refused@0"), failing("refused@0"), "Warning web=refused@0"},
 		{"no reason known: not passing", ready, state(false, ""), nil, "Warning web=not-passing"},
 		{"entries dropped by the annotation's bound: no news", state(false, ""), state(false, ""), failing("refused@0"), ""},
+		{"an entry dropped by the bound: no news", state(false, "refused@0"), state(false, ""), failing("refused@0"), ""},
+		{"an entry back within the bound: no news", state(false, ""), state(false, "refused@0"), failing("refused@0"), ""},
 		{"gone", ready, nil, nil, ""},
 	}
 	for _, tt := range tests {

@@ -25,9 +25,9 @@ func planOptions() endpoints.Options {
 }
 
 // publish builds the desired slices, with their reasons, plans the writes
-// against the existing ones and makes them; it returns the events that
-// tell the collisions and the transitions, also without a write (a reason
-// can change while the slices do not).
+// against the existing ones and makes them; once they are made, it returns
+// the events that tell the slices' news (see endpointNews and
+// collisionEvents), against what was published when news were last told.
 func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []endpoints.PodVerdicts, why notReadyReasons) ([]event, error) {
 	desired, err := endpoints.Build(view.service, endpoints.NodeFrom(view.node), verdicts, endpoints.Options{})
 	if err != nil {
@@ -41,7 +41,13 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 	if err != nil {
 		return nil, fmt.Errorf("planning the slices of %s: %w", view.key, err)
 	}
-	evs := p.collisionEvents(view.swh, changes.Collisions)
+	// A write that fails may land in part (one slice of several, or an
+	// update committed before its answer timed out): its news are told
+	// against what was published before it, once a write succeeds.
+	before, kept := p.untold.get(view.key)
+	if !kept {
+		before = publishedStates(ownedBy(view.key, view.existing))
+	}
 	changedAt, hadChange := p.targets.takeChanged(view.key)
 	if !changes.Empty() {
 		trigger := time.Now()
@@ -53,13 +59,15 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 				// The retry's writes carry the same trigger and delay.
 				p.targets.restoreChanged(view.key, changedAt)
 			}
-			return evs, err
+			p.untold.keep(view.key, before)
+			return nil, err
 		}
 		if hadChange {
 			p.metrics.observeDelay(time.Since(changedAt))
 		}
 	}
-	return append(evs, p.endpointEvents(view.swh, view.existing, desired, why)...), nil
+	p.untold.forget(view.key)
+	return append(p.collisionEvents(view.swh, changes), p.endpointEvents(view.swh, before, publishedStates(desired), why)...), nil
 }
 
 // write applies the plan: creates, then updates, then deletes, so traffic

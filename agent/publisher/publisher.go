@@ -39,8 +39,10 @@ type Publisher struct {
 	targets *targetTable
 	// probers builds a target's prober from its probe spec.
 	probers *proberFactory
-	// transitions numbers the endpoint transitions told (transitionAction).
-	transitions atomic.Uint64
+	// told numbers the news told (numbered).
+	told atomic.Uint64
+	// untold holds what was published before a write that failed.
+	untold untold
 	// verdictFlips carries verdict flips to the controller's queue.
 	verdictFlips *flipQueue
 	// gateWritten holds readiness gate writes the cache may not show yet.
@@ -80,11 +82,12 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 }
 
 // forget stops a resource's targets and drops everything the publisher
-// keeps about it: its targets and their verdicts, and the slice names
-// found taken. Both ways out of a reconcile with nothing
+// keeps about it: its targets and their verdicts, the slice names found
+// taken, what was published before a write that failed. Both ways out of a reconcile with nothing
 // to publish (the resource gone, its Service not there or not its own) end
 // here, so that none keeps what the other drops.
 func (p *Publisher) forget(key types.NamespacedName) {
 	p.removeTargets(key, nil)
 	p.takenSliceNames.forget(key)
+	p.untold.forget(key)
 }

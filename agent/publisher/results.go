@@ -31,7 +31,7 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 		}
 		related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Key.Resource.Namespace, Name: o.pod, UID: r.Key.Pod}
 		p.emit(context.Background(), nil, []event{{regarding: regarding, related: related, eventtype: corev1.EventTypeWarning,
-			reason: swhv1alpha1.EventReasonProbeMisconfigured, action: "Probe:" + string(r.Result.Reason),
+			reason: swhv1alpha1.EventReasonProbeMisconfigured, action: p.numbered("Probe:" + string(r.Result.Reason)),
 			note: fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.nodeName, r.Result.Message)}})
 	}
 	switch {

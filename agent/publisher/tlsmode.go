@@ -21,8 +21,8 @@ func validTLSMode(mode string) bool {
 
 // tlsConflictEvents tells the PostgreSQL probes of a resource whose spec
 // sets a tlsMode that differs from the one their Secret holds (the spec's
-// is used), at every reconcile: the recorder folds what it told before (the
-// action tells conflicts apart). It reads only
+// is used), at every reconcile while it stands: the recorder folds the
+// repeats (the action tells conflicts apart). It reads only
 // what the probes already read: a Secret not read yet conflicts with
 // nothing, and its first read brings the resource back here (see
 // secretTLSModeChanged).
@@ -44,7 +44,7 @@ func (p *Publisher) tlsConflictEvents(swh *swhv1alpha1.ServiceWithHealthchecks) 
 		}
 		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: secret.Namespace, Name: secret.Name}
 		out = append(out, event{related: related, eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonTLSModeConflict,
-			action: fmt.Sprintf("Probe%d/%s/%s", i, pg.TLSMode, mode), note: tlsConflictNote(swh.Name, i, pg, secret, mode)})
+			action: fmt.Sprintf("Probe%d/%s/%s", i, pg.TLSMode, mode), note: tlsConflictNote(swh.Name, i, pg, secret, mode), standing: true})
 	}
 	return out
 }

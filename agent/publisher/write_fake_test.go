@@ -147,3 +147,38 @@ func TestSliceNameTaken(t *testing.T) {
 		t.Error("no SliceNameTaken event")
 	}
 }
+
+// TestNewsOfAWriteThatLanded: an update the API server committed but
+// answered with a timeout fails the pass (its retry conflicts); the next
+// pass finds the slice already as it wants it, and still tells the news,
+// against what was published before the failed write.
+func TestNewsOfAWriteThatLanded(t *testing.T) {
+	name := sliceName(t, "http")
+	w := newFakeWorld(t, webResource(false, nil), webService("http"), testNodeObject(), webPod(false))
+	if err := w.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.readiness(t, name); got != "not ready" {
+		t.Fatalf("web-1 is %s, want published not ready first", got)
+	}
+	w.drainEvents()
+	w.setPodReady(t, true)
+	w.faults.setLanded("update", apierrors.NewServerTimeout(slicesGR, "update", 1))
+	if err := w.reconcile(t); err == nil {
+		t.Fatal("the pass whose write timed out succeeded")
+	}
+	if got := w.readiness(t, name); got != "ready" {
+		t.Fatalf("web-1 is %s, want the landed write's ready", got)
+	}
+	if evs := w.drainEvents(); len(evs) != 0 {
+		t.Errorf("events of a failed pass: %q", evs)
+	}
+	w.faults.clear()
+	if err := w.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	evs := w.drainEvents()
+	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal EndpointReady") {
+		t.Errorf("events after the landed write %q, want one EndpointReady", evs)
+	}
+}
