@@ -55,7 +55,12 @@ func StartControllerManager(cp *ControlPlane, opts ControllerManagerOptions) (*C
 		return nil, fmt.Errorf("%w: %s (hack/build-tools.sh kube-controller-manager)", ErrMissingDependency, path)
 	}
 	logPath := opts.LogPath
-	if logPath == "" {
+	if logPath != "" {
+		// A fresh log, as each run of the sandbox wants.
+		if err := os.Remove(logPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("kube-controller-manager's log: %w", err)
+		}
+	} else {
 		f, err := os.CreateTemp("", "swh-kube-controller-manager-*.log")
 		if err != nil {
 			return nil, fmt.Errorf("kube-controller-manager's log: %w", err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/swh-dev/swh/test/harness/process"
 	"github.com/swh-dev/swh/test/images"
 )
 
@@ -53,25 +54,30 @@ func extract(t *testing.T, r images.Result, name string) string {
 
 // started is a binary whose stderr lines arrive on a channel.
 type started struct {
-	cmd   *exec.Cmd
+	*process.Proc
 	lines chan string
-	done  chan error
 }
 
 func start(t *testing.T, bin string, env []string, args ...string) *started {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
+	// Its output through a pipe the program holds itself: the scan ends
+	// when it exits.
+	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	proc, err := process.Start(process.Spec{Name: filepath.Base(bin), Path: bin, Args: args, Env: env, Output: w})
+	_ = w.Close()
+	if err != nil {
+		_ = r.Close()
 		t.Fatal(err)
 	}
-	p := &started{cmd: cmd, lines: make(chan string, 64), done: make(chan error, 1)}
+	p := &started{Proc: proc, lines: make(chan string, 64)}
+	scanned := make(chan struct{})
 	go func() {
-		sc := bufio.NewScanner(stderr)
+		defer close(scanned)
+		defer func() { _ = r.Close() }()
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			t.Logf("%s: %s", filepath.Base(bin), sc.Text())
 			select {
@@ -79,11 +85,10 @@ func start(t *testing.T, bin string, env []string, args ...string) *started {
 			default:
 			}
 		}
-		p.done <- cmd.Wait()
 	}()
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
+		proc.Kill()
+		<-scanned
 	})
 	return p
 }
@@ -101,8 +106,8 @@ func (p *started) addresses(t *testing.T, n int) map[string][]string {
 				out[f[3]] = append(out[f[3]], f[4])
 				got++
 			}
-		case err := <-p.done:
-			t.Fatalf("exited before listening: %v", err)
+		case <-p.Exited():
+			t.Fatalf("exited before listening: %v", p.Err())
 		case <-timeout:
 			t.Fatalf("listening on %d of %d addresses after 30s", len(out), n)
 		}
@@ -188,7 +193,7 @@ func testWorkload(t *testing.T, r images.Result) {
 
 	// SIGTERM: it keeps answering through the shutdown delay, then exits 0.
 	sent := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -197,9 +202,8 @@ func testWorkload(t *testing.T, r images.Result) {
 		t.Errorf("TCP banner while terminating %q (%v), want %q", line, err, "220 web-0\n")
 	}
 	select {
-	case err := <-p.done:
-		p.done <- err // for the cleanup
-		if err != nil {
+	case <-p.Exited():
+		if err := p.Err(); err != nil {
 			t.Errorf("exit after SIGTERM: %v, want status 0", err)
 		}
 		if took := time.Since(sent); took < 2*time.Second {
@@ -224,18 +228,16 @@ func testPause(t *testing.T, r images.Result) {
 	bin := extract(t, r, "pause")
 	p := start(t, bin, nil)
 	select {
-	case err := <-p.done:
-		p.done <- err
-		t.Fatalf("pause exited on its own: %v", err)
+	case <-p.Exited():
+		t.Fatalf("pause exited on its own: %v", p.Err())
 	case <-time.After(300 * time.Millisecond):
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-p.done:
-		p.done <- err
-		if err != nil {
+	case <-p.Exited():
+		if err := p.Err(); err != nil {
 			t.Errorf("pause after SIGTERM: %v, want status 0", err)
 		}
 	case <-time.After(5 * time.Second):

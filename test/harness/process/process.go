@@ -44,10 +44,12 @@ type Spec struct {
 	// empty: they go to Output (nowhere when nil).
 	Log    string
 	Output io.Writer
+	// Stdin is what it reads; nil: nothing.
+	Stdin io.Reader
 	// Credential runs it as another user.
 	Credential *syscall.Credential
 	// OwnGroup makes it lead a process group of its own, which Stop and
-	// Kill signal whole: nothing it forked outlives it.
+	// Kill end whole: nothing it forked outlives it.
 	OwnGroup bool
 	// DiesWithSuite kills it (SIGKILL) when the suite's process dies
 	// without stopping it: a panic or a kill skips the cleanups. The
@@ -86,10 +88,15 @@ func Start(spec Spec) (*Proc, error) {
 	cmd := exec.Command(spec.Path, spec.Args...)
 	cmd.Env = append(os.Environ(), spec.Env...)
 	if spec.CleanEnv {
-		cmd.Env = spec.Env
+		// Not nil, which would mean the suite's environment.
+		cmd.Env = append([]string{}, spec.Env...)
 	}
 	cmd.Dir = spec.Dir
+	cmd.Stdin = spec.Stdin
 	cmd.Stdout, cmd.Stderr = spec.Output, spec.Output
+	// A program it forked may hold an output pipe open after it exits:
+	// the wait for the copy ends anyway.
+	cmd.WaitDelay = 5 * time.Second
 	if spec.Log != "" {
 		log, err := os.OpenFile(spec.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -111,6 +118,11 @@ func Start(spec Spec) (*Proc, error) {
 		err = start()
 	}
 	if err != nil {
+		if cmd.Process != nil {
+			// Started, then Within failed: nothing may be left running.
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
 		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
 	}
 	p := &Proc{Name: spec.Name, PID: cmd.Process.Pid, Log: spec.Log, group: spec.OwnGroup,
@@ -142,18 +154,12 @@ func (p *Proc) Err() error {
 	return p.err
 }
 
-// Signal sends sig to the process (to its group with Spec.OwnGroup).
-func (p *Proc) Signal(sig syscall.Signal) error {
-	pid := p.PID
-	if p.group {
-		pid = -pid
-	}
-	return syscall.Kill(pid, sig)
-}
+// Signal sends sig to the process.
+func (p *Proc) Signal(sig syscall.Signal) error { return syscall.Kill(p.PID, sig) }
 
-// Stop sends the stop signal, then SIGKILL after the stop timeout, and
-// waits for the exit; with Spec.OwnGroup, what the process forked is
-// killed too.
+// Stop sends the stop signal to the process, then SIGKILL after the stop
+// timeout, and waits for the exit; with Spec.OwnGroup, what the process
+// forked is killed then, as it should have ended with it.
 func (p *Proc) Stop() {
 	if p.Running() {
 		_ = p.Signal(p.stopSignal)

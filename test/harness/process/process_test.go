@@ -152,3 +152,20 @@ func waitGone(t *testing.T, pid int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestCleanEnvIsEmpty: CleanEnv with no Env gives the program no
+// environment at all, not the suite's.
+func TestCleanEnvIsEmpty(t *testing.T) {
+	t.Setenv("SWH_PROCESS_TEST", "leaked")
+	log := filepath.Join(t.TempDir(), "log")
+	p, err := Start(Spec{Name: "env", Path: "/usr/bin/env", CleanEnv: true, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(log); err != nil || len(data) != 0 {
+		t.Errorf("environment %q (%v), want none", data, err)
+	}
+}

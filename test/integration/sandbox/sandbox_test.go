@@ -34,6 +34,7 @@ import (
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
+	"github.com/swh-dev/swh/test/harness/process"
 )
 
 func TestMain(m *testing.M) {
@@ -47,11 +48,9 @@ type sandbox struct {
 	t      *testing.T
 	bin    string
 	out    string // its -out folder
-	cmd    *exec.Cmd
-	stdin  interface{ Write([]byte) (int, error) }
+	proc   *process.Proc
+	stdin  *os.File
 	output *harness.Buffer
-	exited chan struct{}
-	err    error
 	c      client.Client
 }
 
@@ -90,38 +89,29 @@ func start(t *testing.T) *sandbox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sandbox{t: t, bin: filepath.Join(build(t), "swh-sandbox"), out: t.TempDir(), output: &harness.Buffer{}, exited: make(chan struct{})}
+	s := &sandbox{t: t, bin: filepath.Join(build(t), "swh-sandbox"), out: t.TempDir(), output: &harness.Buffer{}}
 	args := []string{"-out", s.out, "-port", "0"}
 	if harness.InCI() {
 		args = append(args, "-require-postgres") // a missing PostgreSQL fails in CI
 	}
-	s.cmd = exec.Command(s.bin, args...)
-	s.cmd.Dir = root
-	s.cmd.Stdout, s.cmd.Stderr = s.output, s.output
-	stdin, err := s.cmd.StdinPipe()
+	// A pipe the sandbox holds itself: no copy to wait for once it exits.
+	stdin, input, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.stdin = stdin
-	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", s.bin, err)
+	s.stdin = input
+	proc, err := process.Start(process.Spec{Name: "swh-sandbox", Path: s.bin, Args: args, Dir: root, Output: s.output, Stdin: stdin,
+		// SIGINT, as Ctrl-C: the sandbox stops what it runs, in order.
+		StopSignal: syscall.SIGINT, StopTimeout: 2 * time.Minute})
+	_ = stdin.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() {
-		s.err = s.cmd.Wait()
-		close(s.exited)
-	}()
+	s.proc = proc
 	t.Cleanup(func() {
-		select {
-		case <-s.exited:
-		default: // a failed test: stop it anyway, and show what it said
-			_ = s.cmd.Process.Signal(syscall.SIGINT)
-			select {
-			case <-s.exited:
-			case <-time.After(2 * time.Minute):
-				_ = s.cmd.Process.Kill()
-				<-s.exited
-			}
-		}
+		// A failed test: stop it anyway, and show what it said.
+		s.proc.Stop()
+		_ = input.Close()
 		if t.Failed() {
 			t.Logf("swh-sandbox printed:\n%s", s.output.String())
 			for _, log := range []string{"controller", "agent-node-1", "agent-node-2", "agent-node-3"} {
@@ -160,8 +150,8 @@ func (s *sandbox) waitOutput(want string, timeout time.Duration) {
 			return nil
 		}
 		select {
-		case <-s.exited:
-			s.t.Fatalf("swh-sandbox exited (%v) before printing %q", s.err, want)
+		case <-s.proc.Exited():
+			s.t.Fatalf("swh-sandbox exited (%v) before printing %q", s.proc.Err(), want)
 		default:
 		}
 		return errors.New("not printed")
@@ -369,17 +359,17 @@ func TestSandbox(t *testing.T) {
 		}
 		apiAddr = u.Host
 	}
-	if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := s.proc.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-s.exited:
+	case <-s.proc.Exited():
 	case <-time.After(2 * time.Minute):
 		t.Fatal("swh-sandbox did not stop within 2 minutes of SIGINT")
 	}
 	var exitErr *exec.ExitError
-	if errors.As(s.err, &exitErr) {
-		t.Errorf("swh-sandbox exited with %v", s.err)
+	if err := s.proc.Err(); errors.As(err, &exitErr) {
+		t.Errorf("swh-sandbox exited with %v", err)
 	}
 	for _, name := range []string{"kubeconfig", "control.sock"} {
 		if _, err := os.Stat(filepath.Join(s.out, name)); !errors.Is(err, os.ErrNotExist) {
