@@ -26,8 +26,9 @@ type event struct {
 	reason    string
 	// action names what the event says: the recorder folds an event into
 	// an earlier one of the same type, reason, action and objects (a
-	// series, counted in memory and written every 30 minutes). News are
-	// never folded (numbered).
+	// series: the second occurrence written at once, the later ones when
+	// the series ends or every 30 minutes). News are never folded
+	// (numbered).
 	action string
 	note   string
 	// standing marks a problem told at every reconcile while it stands:
@@ -69,7 +70,7 @@ func (p *Publisher) emit(ctx context.Context, swh *swhv1alpha1.ServiceWithHealth
 // and keeps the first one's note, so a pod failing the same way a third
 // time would show its recovery before as its newest event.
 func (p *Publisher) numbered(action string) string {
-	return action + "#" + strconv.FormatUint(p.told.Add(1), 10)
+	return action + "#" + strconv.FormatUint(p.toldCount.Add(1), 10)
 }
 
 // endpointEvents tells what changed for the endpoints of a resource between
@@ -98,23 +99,20 @@ func (p *Publisher) endpointEvents(swh *swhv1alpha1.ServiceWithHealthchecks, bef
 	return out
 }
 
-// collisionEvents tells SliceNameTaken for every collision whose slice the
-// plan created under its other name: the news of a collision, once (an agent
-// that restarts finds the slice made). It relates the event to the slice
-// that holds the name, so that two collisions are two events.
-func (p *Publisher) collisionEvents(swh *swhv1alpha1.ServiceWithHealthchecks, changes endpoints.Changes) []event {
-	created := map[string]bool{}
-	for i := range changes.Create {
-		created[changes.Create[i].Name] = true
-	}
+// collisionEvents tells SliceNameTaken for every collision whose slice
+// under its other name was not published when news were last told: the
+// news of a collision, once (an agent that restarts finds the slice made).
+// It relates the event to the slice that holds the name, so that two
+// collisions are two events.
+func (p *Publisher) collisionEvents(swh *swhv1alpha1.ServiceWithHealthchecks, before publication, changes endpoints.Changes) []event {
 	var out []event
 	for _, c := range changes.Collisions {
-		if !created[c.Renamed] {
+		if before.names[c.Renamed] {
 			continue
 		}
 		holder := &corev1.ObjectReference{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1", Namespace: swh.Namespace, Name: c.Name}
 		out = append(out, event{related: holder, eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonSliceNameTaken,
-			action: "PublishEndpoints", note: c.String()})
+			action: p.numbered("PublishEndpoints"), note: c.String()})
 	}
 	return out
 }

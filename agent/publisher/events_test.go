@@ -95,8 +95,8 @@ func TestEventNoteFitsTheAPILimit(t *testing.T) {
 
 // TestEventsAsValues: the stages return the events to emit, as values: a
 // pod's failure once (not again while it stays), its recovery, each with
-// an action of its own; a collision when its slice is made under another
-// name.
+// an action of its own; a collision until its slice under another name
+// is told published.
 func TestEventsAsValues(t *testing.T) {
 	p := &Publisher{nodeName: "node-a"}
 	swh := &swhv1alpha1.ServiceWithHealthchecks{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}}
@@ -146,12 +146,13 @@ func TestEventsAsValues(t *testing.T) {
 		}
 	}
 	collision := []endpoints.Collision{{Name: "web-http", Renamed: "web-http-2", HolderService: "other"}}
-	renamed := endpoints.Changes{Collisions: collision, Create: []discoveryv1.EndpointSlice{{ObjectMeta: metav1.ObjectMeta{Name: "web-http-2"}}}}
-	if got := p.collisionEvents(swh, renamed); len(got) != 1 || got[0].reason != swhv1alpha1.EventReasonSliceNameTaken || got[0].related.Name != "web-http" {
-		t.Errorf("collision events %+v, want one SliceNameTaken about web-http", got)
+	planned := endpoints.Changes{Collisions: collision, Create: []discoveryv1.EndpointSlice{{ObjectMeta: metav1.ObjectMeta{Name: "web-http-2"}}}}
+	got := p.collisionEvents(swh, publication{names: map[string]bool{}}, planned)
+	if len(got) != 1 || got[0].reason != swhv1alpha1.EventReasonSliceNameTaken || got[0].related.Name != "web-http" || !strings.HasPrefix(got[0].action, "PublishEndpoints#") {
+		t.Errorf("collision events %+v, want one SliceNameTaken about web-http, numbered", got)
 	}
-	// Planned again once the renamed slice exists: no news.
-	if again := p.collisionEvents(swh, endpoints.Changes{Collisions: collision}); len(again) != 0 {
+	// Planned again once the renamed slice was told published: no news.
+	if again := p.collisionEvents(swh, publication{names: map[string]bool{"web-http-2": true}}, endpoints.Changes{Collisions: collision}); len(again) != 0 {
 		t.Errorf("the collision told again %+v", again)
 	}
 }

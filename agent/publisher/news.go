@@ -185,34 +185,56 @@ func sameReason(a, b *swhv1alpha1.EndpointReason) bool {
 	return a == nil || b == nil || a.SameReason(*b)
 }
 
-// untold keeps, per resource, what its slices published before a write
-// that failed, until a write succeeds and its news are told.
-type untold struct {
-	mu     sync.Mutex
-	before map[types.NamespacedName]map[podPort]endpointState
+// publication is what a resource's slices publish on the node: the
+// endpoints by pod and port, and the slices' names.
+type publication struct {
+	// uid is the resource's: a resource deleted and created again under
+	// its name starts afresh.
+	uid    types.UID
+	states map[podPort]endpointState
+	names  map[string]bool
 }
 
-func (u *untold) get(key types.NamespacedName) (map[podPort]endpointState, bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	states, ok := u.before[key]
-	return states, ok
-}
-
-// keep records states unless an earlier failed write left some.
-func (u *untold) keep(key types.NamespacedName, states map[podPort]endpointState) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.before == nil {
-		u.before = map[types.NamespacedName]map[podPort]endpointState{}
+// publicationOf reads what slices publish.
+func publicationOf(uid types.UID, slices []discoveryv1.EndpointSlice) publication {
+	pub := publication{uid: uid, states: publishedStates(slices), names: make(map[string]bool, len(slices))}
+	for i := range slices {
+		pub.names[slices[i].Name] = true
 	}
-	if _, ok := u.before[key]; !ok {
-		u.before[key] = states
-	}
+	return pub
 }
 
-func (u *untold) forget(key types.NamespacedName) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	delete(u.before, key)
+// toldPublications keeps, per resource, what its slices published when
+// their news were last told: the start of the next news. The cache may
+// not show the agent's own last write yet (a pass that finds it behind
+// fails its write on a conflict), and a write that fails may land in part
+// (one slice of several, an update committed before its answer timed
+// out): neither must make news told twice, or never.
+type toldPublications struct {
+	mu sync.Mutex
+	by map[types.NamespacedName]publication
+}
+
+// get returns what was told of the resource with uid; false when nothing
+// was (an agent just started: its predecessor told what is published).
+func (t *toldPublications) get(key types.NamespacedName, uid types.UID) (publication, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pub, ok := t.by[key]
+	return pub, ok && pub.uid == uid
+}
+
+func (t *toldPublications) set(key types.NamespacedName, pub publication) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.by == nil {
+		t.by = map[types.NamespacedName]publication{}
+	}
+	t.by[key] = pub
+}
+
+func (t *toldPublications) forget(key types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.by, key)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -27,7 +28,7 @@ func planOptions() endpoints.Options {
 // publish builds the desired slices, with their reasons, plans the writes
 // against the existing ones and makes them; once they are made, it returns
 // the events that tell the slices' news (see endpointNews and
-// collisionEvents), against what was published when news were last told.
+// collisionEvents) since they were last told (toldPublications).
 func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []endpoints.PodVerdicts, why notReadyReasons) ([]event, error) {
 	desired, err := endpoints.Build(view.service, endpoints.NodeFrom(view.node), verdicts, endpoints.Options{})
 	if err != nil {
@@ -41,12 +42,10 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 	if err != nil {
 		return nil, fmt.Errorf("planning the slices of %s: %w", view.key, err)
 	}
-	// A write that fails may land in part (one slice of several, or an
-	// update committed before its answer timed out): its news are told
-	// against what was published before it, once a write succeeds.
-	before, kept := p.untold.get(view.key)
-	if !kept {
-		before = publishedStates(ownedBy(view.key, view.existing))
+	own := ownedBy(view.key, view.existing)
+	before, told := p.told.get(view.key, view.swh.UID)
+	if !told {
+		before = publicationOf(view.swh.UID, own)
 	}
 	changedAt, hadChange := p.targets.takeChanged(view.key)
 	if !changes.Empty() {
@@ -59,15 +58,32 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 				// The retry's writes carry the same trigger and delay.
 				p.targets.restoreChanged(view.key, changedAt)
 			}
-			p.untold.keep(view.key, before)
 			return nil, err
 		}
 		if hadChange {
 			p.metrics.observeDelay(time.Since(changedAt))
 		}
 	}
-	p.untold.forget(view.key)
-	return append(p.collisionEvents(view.swh, changes), p.endpointEvents(view.swh, before, publishedStates(desired), why)...), nil
+	after := publicationOf(view.swh.UID, desired)
+	after.names = publishedNames(own, changes)
+	p.told.set(view.key, after)
+	return append(p.collisionEvents(view.swh, before, changes), p.endpointEvents(view.swh, before.states, after.states, why)...), nil
+}
+
+// publishedNames are the names of the slices once a plan is made: those
+// existing, and those it created, but those it deleted.
+func publishedNames(existing []discoveryv1.EndpointSlice, changes endpoints.Changes) map[string]bool {
+	names := map[string]bool{}
+	for i := range existing {
+		names[existing[i].Name] = true
+	}
+	for i := range changes.Create {
+		names[changes.Create[i].Name] = true
+	}
+	for i := range changes.Delete {
+		delete(names, changes.Delete[i].Name)
+	}
+	return names
 }
 
 // write applies the plan: creates, then updates, then deletes, so traffic

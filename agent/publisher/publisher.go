@@ -39,10 +39,10 @@ type Publisher struct {
 	targets *targetTable
 	// probers builds a target's prober from its probe spec.
 	probers *proberFactory
-	// told numbers the news told (numbered).
-	told atomic.Uint64
-	// untold holds what was published before a write that failed.
-	untold untold
+	// toldCount numbers the news told (numbered).
+	toldCount atomic.Uint64
+	// told holds what was published when news were last told.
+	told toldPublications
 	// verdictFlips carries verdict flips to the controller's queue.
 	verdictFlips *flipQueue
 	// gateWritten holds readiness gate writes the cache may not show yet.
@@ -83,11 +83,11 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 
 // forget stops a resource's targets and drops everything the publisher
 // keeps about it: its targets and their verdicts, the slice names found
-// taken, what was published before a write that failed. Both ways out of a reconcile with nothing
+// taken, what was published when its news were last told. Both ways out of a reconcile with nothing
 // to publish (the resource gone, its Service not there or not its own) end
 // here, so that none keeps what the other drops.
 func (p *Publisher) forget(key types.NamespacedName) {
 	p.removeTargets(key, nil)
 	p.takenSliceNames.forget(key)
-	p.untold.forget(key)
+	p.told.forget(key)
 }

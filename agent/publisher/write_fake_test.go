@@ -182,3 +182,49 @@ func TestNewsOfAWriteThatLanded(t *testing.T) {
 		t.Errorf("events after the landed write %q, want one EndpointReady", evs)
 	}
 }
+
+// TestNewsOnceWhenTheCacheIsBehind: a pass that reads the slices from
+// before the agent's last write (the cache not caught up) fails its write
+// on a conflict and tells nothing; the passes after it tell each change
+// once, not again, and none is lost.
+func TestNewsOnceWhenTheCacheIsBehind(t *testing.T) {
+	w := newFakeWorld(t, webResource(false, nil), webService("http"), testNodeObject(), webPod(false))
+	if err := w.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	stale := &discoveryv1.EndpointSliceList{}
+	if err := w.c.List(t.Context(), stale); err != nil {
+		t.Fatal(err)
+	}
+	w.drainEvents()
+	w.setPodReady(t, true)
+	if err := w.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if evs := w.drainEvents(); len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal EndpointReady") {
+		t.Fatalf("events %q, want one EndpointReady", evs)
+	}
+
+	view, err := w.p.read(t.Context(), testKey)
+	if err != nil || view == nil {
+		t.Fatalf("read: %v", err)
+	}
+	view.existing = stale.Items
+	verdicts, why := w.p.verdicts(view)
+	if evs, err := w.p.publish(t.Context(), view, verdicts, why); !apierrors.IsConflict(err) || len(evs) != 0 {
+		t.Fatalf("a pass behind the cache: events %v, error %v; want none and a conflict", evs, err)
+	}
+	if err := w.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if evs := w.drainEvents(); len(evs) != 0 {
+		t.Errorf("the pass after told again: %q", evs)
+	}
+	w.setPodReady(t, false)
+	if err := w.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if evs := w.drainEvents(); len(evs) != 1 || !strings.Contains(evs[0], "EndpointNotReady") {
+		t.Errorf("events %q, want one EndpointNotReady", evs)
+	}
+}

@@ -65,7 +65,8 @@ type serviceState struct {
 	// retry asks for another pass soon, with no status written: the cache
 	// was behind the Service.
 	retry bool
-	// after asks for another pass then: a revert waits for its interval.
+	// after asks for another pass then: a revert waits for its interval,
+	// a forbidden write is retried.
 	after time.Duration
 }
 
@@ -273,13 +274,13 @@ func (r *Reconciler) rejected(cond metav1.Condition, err error) metav1.Condition
 	return cond
 }
 
-// forbidden reports a write that RBAC or an admission plugin refused.
 // forbiddenState ends a pass whose write of the Service the API server
 // forbade: a condition, retried every forbiddenRetry.
 func (r *Reconciler) forbiddenState(svc *corev1.Service, err error) serviceState {
 	return serviceState{svc: svc, cond: r.forbidden(metav1.Condition{Type: swhv1alpha1.ConditionServiceSynced}, err), after: forbiddenRetry}
 }
 
+// forbidden reports a write that RBAC or an admission plugin refused.
 func (r *Reconciler) forbidden(cond metav1.Condition, err error) metav1.Condition {
 	cond.Status, cond.Reason = metav1.ConditionFalse, swhv1alpha1.ReasonForbidden
 	cond.Message = fmt.Sprintf("the API server forbade a write of the controller (see its RBAC; retried every %s and on changes): %v", forbiddenRetry, err)

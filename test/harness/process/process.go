@@ -120,7 +120,11 @@ func Start(spec Spec) (*Proc, error) {
 	if err != nil {
 		if cmd.Process != nil {
 			// Started, then Within failed: nothing may be left running.
-			_ = cmd.Process.Kill()
+			pid := cmd.Process.Pid
+			if spec.OwnGroup {
+				pid = -pid
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 			_ = cmd.Wait()
 		}
 		return nil, fmt.Errorf("starting %s: %w", spec.Name, err)
