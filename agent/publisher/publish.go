@@ -45,7 +45,11 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 	own := ownedBy(view.key, view.existing)
 	before, told := p.told.get(view.key, view.swh.UID)
 	if !told {
+		// Nothing told yet (an agent just started): what is published was
+		// told by its predecessor, and is the start of the news even if
+		// this pass's write fails after landing in part.
 		before = publicationOf(view.swh.UID, own)
+		p.told.set(view.key, before)
 	}
 	changedAt, hadChange := p.targets.takeChanged(view.key)
 	if !changes.Empty() {
@@ -87,9 +91,13 @@ func publishedNames(existing []discoveryv1.EndpointSlice, changes endpoints.Chan
 }
 
 // write applies the plan: creates, then updates, then deletes, so traffic
-// moves to new slices before old ones go. A conflict or a name taken in the
-// meantime returns an error: the requeue plans again from fresh data, with
-// the holder of a taken name read in (see withHolders).
+// moves to new slices before old ones go; when a create fails, nothing is
+// deleted (the slice it replaces keeps its traffic: after a restart, a
+// slice published under another name because its own is taken is planned
+// back under its own until the create finds it taken). A conflict or a
+// name taken in the meantime returns an error: the requeue plans again
+// from fresh data, with the holder of a taken name read in (see
+// withHolders).
 func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, changes endpoints.Changes, trigger time.Time) error {
 	stamp := trigger.UTC().Format(time.RFC3339)
 	var errs []error
@@ -105,6 +113,7 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 			errs = append(errs, fmt.Errorf("creating slice %s/%s: %w", s.Namespace, s.Name, err))
 		}
 	}
+	createFailed := len(errs) > 0
 	for i := range changes.Update {
 		s := &changes.Update[i]
 		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
@@ -114,8 +123,12 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 			errs = append(errs, fmt.Errorf("updating slice %s/%s: %w", s.Namespace, s.Name, err))
 		}
 	}
-	for i := range changes.Delete {
-		s := &changes.Delete[i]
+	deletes := changes.Delete
+	if createFailed {
+		deletes = nil
+	}
+	for i := range deletes {
+		s := &deletes[i]
 		err := retry(ctx, func() error {
 			return p.client.Delete(ctx, s, client.Preconditions{UID: &s.UID, ResourceVersion: &s.ResourceVersion})
 		})

@@ -2,6 +2,7 @@ package publisher
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -151,35 +152,43 @@ func TestSliceNameTaken(t *testing.T) {
 // TestNewsOfAWriteThatLanded: an update the API server committed but
 // answered with a timeout fails the pass (its retry conflicts); the next
 // pass finds the slice already as it wants it, and still tells the news,
-// against what was published before the failed write.
+// against what was published before the failed write: also when that
+// write is the first of a publisher that has told nothing yet (restarted).
 func TestNewsOfAWriteThatLanded(t *testing.T) {
-	name := sliceName(t, "http")
-	w := newFakeWorld(t, webResource(false, nil), webService("http"), testNodeObject(), webPod(false))
-	if err := w.reconcile(t); err != nil {
-		t.Fatal(err)
-	}
-	if got := w.readiness(t, name); got != "not ready" {
-		t.Fatalf("web-1 is %s, want published not ready first", got)
-	}
-	w.drainEvents()
-	w.setPodReady(t, true)
-	w.faults.setLanded("update", apierrors.NewServerTimeout(slicesGR, "update", 1))
-	if err := w.reconcile(t); err == nil {
-		t.Fatal("the pass whose write timed out succeeded")
-	}
-	if got := w.readiness(t, name); got != "ready" {
-		t.Fatalf("web-1 is %s, want the landed write's ready", got)
-	}
-	if evs := w.drainEvents(); len(evs) != 0 {
-		t.Errorf("events of a failed pass: %q", evs)
-	}
-	w.faults.clear()
-	if err := w.reconcile(t); err != nil {
-		t.Fatal(err)
-	}
-	evs := w.drainEvents()
-	if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal EndpointReady") {
-		t.Errorf("events after the landed write %q, want one EndpointReady", evs)
+	for _, restarted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restarted=%t", restarted), func(t *testing.T) {
+			name := sliceName(t, "http")
+			w := newFakeWorld(t, webResource(false, nil), webService("http"), testNodeObject(), webPod(false))
+			if err := w.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			if got := w.readiness(t, name); got != "not ready" {
+				t.Fatalf("web-1 is %s, want published not ready first", got)
+			}
+			if restarted {
+				w.p.forget(testKey) // as a new agent: nothing told
+			}
+			w.drainEvents()
+			w.setPodReady(t, true)
+			w.faults.setLanded("update", apierrors.NewServerTimeout(slicesGR, "update", 1))
+			if err := w.reconcile(t); err == nil {
+				t.Fatal("the pass whose write timed out succeeded")
+			}
+			if got := w.readiness(t, name); got != "ready" {
+				t.Fatalf("web-1 is %s, want the landed write's ready", got)
+			}
+			if evs := w.drainEvents(); len(evs) != 0 {
+				t.Errorf("events of a failed pass: %q", evs)
+			}
+			w.faults.clear()
+			if err := w.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			evs := w.drainEvents()
+			if len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal EndpointReady") {
+				t.Errorf("events after the landed write %q, want one EndpointReady", evs)
+			}
+		})
 	}
 }
 
@@ -226,5 +235,34 @@ func TestNewsOnceWhenTheCacheIsBehind(t *testing.T) {
 	}
 	if evs := w.drainEvents(); len(evs) != 1 || !strings.Contains(evs[0], "EndpointNotReady") {
 		t.Errorf("events %q, want one EndpointNotReady", evs)
+	}
+}
+
+// TestNoDeleteWhenACreateFails: a plan that replaces a slice by another
+// (the Service's port renamed) deletes the old one only once the new one
+// exists: a create that fails leaves the old slice, and its traffic.
+func TestNoDeleteWhenACreateFails(t *testing.T) {
+	w := newFakeWorld(t, webResource(false, nil), webService("http"), testNodeObject(), webPod(true))
+	if err := w.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	old := sliceName(t, "http")
+	if w.slice(t, old) == nil {
+		t.Fatalf("no slice %s", old)
+	}
+	w.setServicePorts(t, "web")
+	w.faults.set("create", apierrors.NewAlreadyExists(slicesGR, sliceName(t, "web")), false)
+	if err := w.reconcile(t); err == nil {
+		t.Fatal("the pass whose create failed succeeded")
+	}
+	if w.slice(t, old) == nil || w.writes("delete", "ok") != 0 {
+		t.Errorf("the slice the failed create replaces was deleted (%v deletes)", w.writes("delete", "ok"))
+	}
+	w.faults.clear()
+	if err := w.reconcile(t); err != nil {
+		t.Fatal(err)
+	}
+	if w.slice(t, old) != nil || w.slice(t, sliceName(t, "web")) == nil {
+		t.Errorf("after the create succeeds: old slice kept %v, new one missing %v", w.slice(t, old) != nil, w.slice(t, sliceName(t, "web")) == nil)
 	}
 }
