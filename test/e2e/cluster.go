@@ -451,17 +451,14 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopped = true
-	var errs []error
 	for _, n := range c.Nodes {
 		n.StopHeartbeat()
 	}
-	c.procs.StopAll()
+	var stopCP func() error
 	if c.CP != nil {
-		errs = append(errs, c.CP.Stop())
+		stopCP = c.CP.Stop
 	}
-	errs = append(errs, c.procs.CloseNamespaces(true))
-	errs = append(errs, world("link del "+bridgeName))
-	return errors.Join(errs...)
+	return c.procs.Release(stopCP, bridgeName, true)
 }
 
 // Check proves that nothing the suite made is left: every recorded process

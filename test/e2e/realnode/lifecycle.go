@@ -103,18 +103,16 @@ func (c *Cluster) Stop() error {
 		return nil
 	}
 	c.stopped = true
-	var errs []error
 	// The machines first: kubelet must not restart containers while the
 	// rest goes.
 	for _, n := range c.Nodes {
 		n.PowerOff()
 	}
-	c.procs.StopAll()
+	var stopCP func() error
 	if c.CP != nil {
-		errs = append(errs, c.CP.Stop())
+		stopCP = c.CP.Stop
 	}
-	errs = append(errs, c.procs.CloseNamespaces(false))
-	errs = append(errs, world("link del "+bridgeName))
+	errs := []error{c.procs.Release(stopCP, bridgeName, false)}
 	if c.cgroups != nil {
 		// The kernel frees a cgroup's last tasks asynchronously.
 		deadline := time.Now().Add(30 * time.Second)

@@ -302,6 +302,20 @@ func (g *Group) CloseNamespaces(printSockets bool) error {
 	return errors.Join(errs...)
 }
 
+// Release ends what a cluster suite made: every process, the last started
+// first; then stopControlPlane (what the group did not start; nil for
+// none); then every namespace (printing the sockets still open in each when
+// printSockets is set), and the world's bridge.
+func (g *Group) Release(stopControlPlane func() error, bridge string, printSockets bool) error {
+	g.StopAll()
+	var errs []error
+	if stopControlPlane != nil {
+		errs = append(errs, stopControlPlane())
+	}
+	errs = append(errs, g.CloseNamespaces(printSockets), World("link del "+bridge))
+	return errors.Join(errs...)
+}
+
 // Left returns an error for every recorded process that still exists and
 // every process that still lives in one of the group's namespaces.
 func (g *Group) Left() error {
