@@ -123,17 +123,18 @@ func reasonsByPort(list []discoveryv1.EndpointSlice) map[string]swhv1alpha1.Endp
 	return out
 }
 
-// endpointNews compares what the slices published before a reconcile with
-// what they publish after it, and says per pod what is news, in pod and
-// port order; why holds the current cause of each endpoint not ready.
+// endpointNews compares what the slices published when news were last told
+// (toldPublications) with what they publish after this reconcile's write,
+// and says per pod what is news, in pod and port order; why holds the
+// current cause of each endpoint not ready.
 //
 // News are a change of readiness, and a new reason (the annotation's) for
 // a port that stays not ready. Not news: a new endpoint in its start state
 // (no verdict yet, or a pod not Ready yet on a port no probe checks: the
 // first verdict follows); a port going back to waiting for successThreshold
 // passes; what an agent finds published as it starts (its predecessor told
-// it). Being derived from the slices alone, news that a failed write did
-// not publish are told by the reconcile that publishes them.
+// it). News of a write that failed, perhaps after landing in part, are
+// told by the next reconcile that succeeds.
 func endpointNews(before, after map[podPort]endpointState, why notReadyReasons) []podNews {
 	keys := make([]podPort, 0, len(after))
 	for key := range after {
