@@ -23,7 +23,7 @@ export GOTOOLCHAIN := local
 
 .PHONY: help
 help: ## Show the targets.
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ {printf "  %-12s %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*?##/ {printf "  %-12s %s\n", $$1, $$2} /^##@/ {printf "\n%s\n", substr($$0, 5)}' $(MAKEFILE_LIST)
 
 ##@ Development
 
@@ -111,7 +111,7 @@ unit: ## Unit tests of every released module: no control plane, no network names
 
 .PHONY: integration
 integration: ## Integration suites (real kube-apiserver, etcd, PostgreSQL) in a private network namespace; SUITES=./integration/controller/ RUN=TestX to narrow.
-	@hack/build-tools.sh kube-apiserver etcd controller-gen helm kube-controller-manager
+	@hack/build-tools.sh kube-apiserver etcd controller-gen helm kube-controller-manager promtool
 	@cd test && go mod download # the namespace has no registry
 	@hack/netns.sh env GOFLAGS=-mod=readonly bash -c 'cd test && go test -count=1 -timeout 30m -run "$(RUN)" $(SUITES)'
 

@@ -4,7 +4,7 @@
 # when its pin changed since it was built, so warm runs take a second.
 #
 # usage: hack/build-tools.sh NAME...   (kube-apiserver etcd controller-gen kube-proxy
-#        kube-controller-manager kube-scheduler kubelet helm)
+#        kube-controller-manager kube-scheduler kubelet helm promtool)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,37 +21,57 @@ pkg_of() {
     etcd) echo go.etcd.io/etcd/server/v3 ;;
     controller-gen) echo sigs.k8s.io/controller-tools/cmd/controller-gen ;;
     helm) echo helm.sh/helm/v4/cmd/helm ;;
+    promtool) echo github.com/prometheus/prometheus/cmd/promtool ;;
     *) echo "build-tools: unknown program $1" >&2; return 1 ;;
   esac
 }
 
-# Helm is built from its own module at a pinned version (`go install
-# pkg@version`: its go.mod alone decides its dependencies, checked against the
-# checksum database), so its k8s.io versions never meet the control plane's,
-# the workspace's or hack/tools' (whose go.sum stamps the kube-apiserver build).
+# Helm and promtool are built from their own modules at pinned versions (`go
+# install pkg@version`: its go.mod alone decides its dependencies, checked
+# against the checksum database), so their k8s.io versions never meet the
+# control plane's, the workspace's or hack/tools' (whose go.sum stamps the
+# kube-apiserver build).
 HELM_VERSION=v4.3.2
+PROMETHEUS_VERSION=v0.316.0 # promtool; Prometheus v3.16's Go module version
 
-stamp_of() {
+# own_module NAME prints the module and pinned version of a program built
+# from its own module, nothing for those pinned in hack/tools/go.mod.
+own_module() {
   case "$1" in
     helm) echo "helm.sh/helm/v4@$HELM_VERSION" ;;
-    *) sha256sum "$root/hack/tools/go.sum" | cut -c1-16 ;;
+    promtool) echo "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" ;;
   esac
+}
+own_version() { local m; m=$(own_module "$1"); echo "${m#*@}"; }
+
+# own_tags NAME prints the build tags of a program built from its own module:
+# promtool without Prometheus' service discoveries (the cloud SDKs are most of
+# its build, and unit tests of rules use none).
+own_tags() {
+  case "$1" in
+    promtool) echo remove_all_sd ;;
+  esac
+}
+
+stamp_of() {
+  local m
+  m=$(own_module "$1")
+  if [ -n "$m" ]; then echo "$m$(own_tags "$1" | sed 's/^./ tags &/')"; else sha256sum "$root/hack/tools/go.sum" | cut -c1-16; fi
 }
 
 # compile NAME PKG OUT LDFLAGS builds one program, listing packages as -v
 # prints them.
 compile() {
-  case "$1" in
-    helm)
-      local gobin
-      gobin=$(mktemp -d)
-      GOWORK=off GOBIN="$gobin" go install -v -ldflags "$4" "$2@$HELM_VERSION" && mv "$gobin/helm" "$3"
-      local rc=$?
-      rm -rf "$gobin"
-      return $rc
-      ;;
-    *) (cd "$root/hack/tools" && GOWORK=off go build -v -ldflags "$4" -o "$3" "$2") ;;
-  esac
+  local v
+  v=$(own_version "$1")
+  if [ -n "$v" ]; then
+    local gobin rc=0
+    gobin=$(mktemp -d)
+    GOWORK=off GOBIN="$gobin" go install -v -tags "$(own_tags "$1")" -ldflags "$4" "$2@$v" && mv "$gobin/$1" "$3" || rc=$?
+    rm -rf "$gobin"
+    return $rc
+  fi
+  (cd "$root/hack/tools" && GOWORK=off go build -v -ldflags "$4" -o "$3" "$2")
 }
 
 for name in "$@"; do
@@ -61,7 +81,7 @@ for name in "$@"; do
     continue
   fi
   pin="pinned in hack/tools/go.mod"
-  [ "$name" = helm ] && pin=$stamp
+  [ -n "$(own_version "$name")" ] && pin=$stamp
   echo ">> building $name from $pkg ($pin; a cold build takes minutes)"
   start=$(date +%s)
   # -v lists packages as they compile; print a progress line every 100.
@@ -74,6 +94,9 @@ for name in "$@"; do
     ldflags="-X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
   elif [ "$name" = helm ]; then
     ldflags="-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
+  elif [ "$name" = promtool ]; then
+    v=${PROMETHEUS_VERSION#v0.} # v0.316.0 is Prometheus 3.16.0
+    ldflags="-X github.com/prometheus/common/version.Version=${v:0:1}.${v:1}"
   fi
   if ! compile "$name" "$pkg" "$bin/$name.tmp" "$ldflags" 2>&1 |
     awk '/^(#|go: |[^ ]+\.go:)/ {print; next} {n++; if (n % 100 == 0) {printf "   ... %d packages compiled\n", n; fflush()}}' ||

@@ -51,8 +51,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-step "control plane, generators, helm and kube-controller-manager (bin/, built once from source)"
-hack/build-tools.sh kube-apiserver etcd controller-gen helm kube-controller-manager
+step "control plane, generators, helm, kube-controller-manager and promtool (bin/, built once from source)"
+hack/build-tools.sh kube-apiserver etcd controller-gen helm kube-controller-manager promtool
 
 step "downloading modules (the network namespace has no registry)"
 # Module lists from versions.yaml; the unit tests are those of the released

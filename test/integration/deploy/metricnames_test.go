@@ -101,8 +101,11 @@ func (r *recordingRegistry) MustRegister(cs ...prometheus.Collector) {
 func binaryMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	ctrlReg, agentReg := newRecordingRegistry(), newRecordingRegistry()
+	// A webhook port registers the eviction guard's metrics; the manager
+	// never starts, so nothing listens on it.
 	if _, err := controllerapp.NewManager(controlPlane.Config, controllerapp.Options{
 		MetricsAddr: "0", HealthAddr: "0", Registry: ctrlReg, SkipNameValidation: true,
+		WebhookPort: 9443, WebhookCertDir: t.TempDir(),
 	}); err != nil {
 		t.Fatalf("building the controller: %v", err)
 	}
@@ -119,7 +122,7 @@ func binaryMetrics(t *testing.T) map[string]bool {
 		}
 	}
 	// A recorder that saw nothing would make every check below vacuous.
-	for _, want := range []string{"swh_controller_resource_endpoints", "swh_agent_probe_results_total", "swh_agent_verdict_to_write_seconds_bucket"} {
+	for _, want := range []string{"swh_controller_resource_endpoints", "swh_controller_evictions_total", "swh_agent_probe_results_total", "swh_agent_verdict_to_write_seconds_bucket"} {
 		if !names[want] {
 			t.Fatalf("the binaries' metrics lack %s; recorded: %s", want, strings.Join(sortedKeys(names), " "))
 		}

@@ -230,22 +230,26 @@ func TestMonitoringMetricsExist(t *testing.T) {
 	}
 }
 
-// TestAlertsDocumented: the rules docs/operations.md shows under "Suggested
-// alerts" are the chart's PrometheusRule, as rendered with the defaults, so
-// the two cannot drift apart.
+// TestAlertsDocumented: the rules docs/alerts.md shows under "Rules" are the
+// chart's PrometheusRule, as rendered with the defaults, so the two cannot
+// drift apart; each alert has a runbook there, where its runbook_url points.
 func TestAlertsDocumented(t *testing.T) {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops, err := os.ReadFile(filepath.Join(root, "docs", "operations.md"))
+	page, err := os.ReadFile(filepath.Join(root, "docs", "alerts.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	section, _, _ := strings.Cut(string(ops[strings.Index(string(ops), "## Suggested alerts"):]), "\n## ")
+	start := strings.Index(string(page), "\n## Rules\n")
+	if start < 0 {
+		t.Fatal(`docs/alerts.md has no "## Rules" section`)
+	}
+	section, _, _ := strings.Cut(string(page[start+1:]), "\n## ")
 	block := regexp.MustCompile("(?s)```yaml\n(groups:\n.*?)```").FindStringSubmatch(section)
 	if block == nil {
-		t.Fatal(`docs/operations.md has no "groups:" YAML block under "## Suggested alerts"`)
+		t.Fatal(`docs/alerts.md has no "groups:" YAML block under "## Rules"`)
 	}
 	var doc struct {
 		Groups []any `json:"groups"`
@@ -273,7 +277,16 @@ func TestAlertsDocumented(t *testing.T) {
 		chartNames = append(chartNames, r["alert"].(string))
 	}
 	if !reflect.DeepEqual(docNames, chartNames) {
-		t.Errorf("docs/operations.md shows the alerts %v, the chart renders %v", docNames, chartNames)
+		t.Errorf("docs/alerts.md shows the alerts %v, the chart renders %v", docNames, chartNames)
+	}
+	for _, name := range chartNames {
+		if !strings.Contains(string(page), "\n### "+name+"\n") {
+			t.Errorf("docs/alerts.md has no runbook (### %s) for the alert", name)
+		}
+		url, _ := byName[name]["annotations"].(map[string]any)["runbook_url"].(string)
+		if want := "/docs/alerts.md#" + strings.ToLower(name); !strings.HasSuffix(url, want) {
+			t.Errorf("alert %s: runbook_url %q, want it to end in %s", name, url, want)
+		}
 	}
 	if !reflect.DeepEqual(doc.Groups, chart) {
 		t.Error("the documented groups differ from the chart's (names, intervals or fields)")

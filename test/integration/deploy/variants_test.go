@@ -76,6 +76,13 @@ func TestChartVariants(t *testing.T) {
 	if len(endpoints) == 1 && endpoints[0].(map[string]any)["honorLabels"] != true {
 		t.Errorf("ServiceMonitor endpoint %v: want honorLabels: true (the resource gauge's namespace label)", endpoints[0])
 	}
+	// The agents' alerts group by node (docs/alerts.md).
+	if len(endpoints) == 1 {
+		relabel := fmt.Sprint(endpoints[0].(map[string]any)["relabelings"])
+		if !strings.Contains(relabel, "__meta_kubernetes_pod_node_name") || !strings.Contains(relabel, "targetLabel:node") {
+			t.Errorf("ServiceMonitor relabelings %s: want the pod's node as the label node", relabel)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -82,3 +82,21 @@ are the one source of the permissions; `make generate` refreshes the file. */}}
 {{- define "swh.alertLabels" -}}
 {{- toYaml (merge (dict "severity" .severity) .root.Values.prometheusRule.alertLabels) -}}
 {{- end -}}
+
+{{/* PromQL label matchers of one component's scrape targets:
+monitoring.<component>Selector, or the job the chart's ServiceMonitor gives
+them (the metrics Service's name): (dict "root" $ "component" "agent"). */}}
+{{- define "swh.targetSelector" -}}
+{{- $set := index .root.Values.monitoring (printf "%sSelector" .component) -}}
+{{- if $set -}}
+{{- $set -}}
+{{- else -}}
+{{- printf "job=%q" (printf "%s-%s-metrics" (include "swh.fullname" .root) .component) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The runbook of one alert, its section of prometheusRule.runbookURL:
+(dict "root" $ "alert" "SwhAgentDown"). */}}
+{{- define "swh.runbookURL" -}}
+{{- printf "%s#%s" .root.Values.prometheusRule.runbookURL (lower .alert) | quote -}}
+{{- end -}}
