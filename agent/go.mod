@@ -9,7 +9,6 @@ replace (
 )
 
 require (
-	github.com/cenkalti/backoff/v4 v4.3.0
 	github.com/go-logr/logr v1.4.3
 	github.com/prometheus/client_golang v1.24.0
 	github.com/swh-dev/swh/api v0.1.0

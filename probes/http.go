@@ -142,7 +142,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPProber, error) {
 	}
 
 	if len(cfg.ExpectedStatusCodes) > 0 {
-		if p.codes, err = ParseStatusCodes(cfg.ExpectedStatusCodes...); err != nil {
+		if p.codes, err = parseStatusCodes(cfg.ExpectedStatusCodes); err != nil {
 			return nil, fmt.Errorf("probes: http: %w", err)
 		}
 	}

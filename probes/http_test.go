@@ -406,8 +406,14 @@ func TestHTTPConfigErrors(t *testing.T) {
 		{"host with a space", HTTPConfig{Host: "a test"}},
 		{"host with an empty name", HTTPConfig{Host: ":80"}},
 	} {
-		if _, err := NewHTTP(tc.cfg); err == nil {
+		_, err := NewHTTP(tc.cfg)
+		if err == nil {
 			t.Errorf("%s: NewHTTP accepted %+v", tc.name, tc.cfg)
+			continue
+		}
+		// The package is named once: errors are read in events and logs.
+		if msg := err.Error(); !strings.HasPrefix(msg, "probes: http: ") || strings.Count(msg, "probes:") != 1 {
+			t.Errorf("%s: NewHTTP error %q, want it to start with %q and name the package once", tc.name, msg, "probes: http: ")
 		}
 	}
 }

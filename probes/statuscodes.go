@@ -32,18 +32,28 @@ func DefaultStatusCodes() StatusCodes {
 // Codes have three digits, from 100 to 599; ranges are written low-high.
 // At least one code is required.
 func ParseStatusCodes(specs ...string) (StatusCodes, error) {
+	s, err := parseStatusCodes(specs)
+	if err != nil {
+		return StatusCodes{}, fmt.Errorf("probes: %w", err)
+	}
+	return s, nil
+}
+
+// parseStatusCodes is ParseStatusCodes with errors that do not name the
+// package, for callers that already do.
+func parseStatusCodes(specs []string) (StatusCodes, error) {
 	var s StatusCodes
 	for _, spec := range specs {
 		for part := range strings.SplitSeq(spec, ",") {
 			lo, hi, err := parseStatusPart(part)
 			if err != nil {
-				return StatusCodes{}, fmt.Errorf("probes: status codes %q: %w", spec, err)
+				return StatusCodes{}, fmt.Errorf("status codes %q: %w", spec, err)
 			}
 			s.addRange(lo, hi)
 		}
 	}
 	if s == (StatusCodes{}) {
-		return StatusCodes{}, errors.New("probes: no status codes")
+		return StatusCodes{}, errors.New("no status codes")
 	}
 	return s, nil
 }

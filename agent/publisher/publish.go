@@ -7,12 +7,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -147,24 +147,42 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 	return nil
 }
 
-// retry runs a write again with exponential backoff while the API server
-// fails in a way that may pass (timeouts, throttling, unavailability), for a
-// few seconds at most. Answers that will not change by retrying (a
-// conflict, a taken name, a refusal) return at once: the reconcile then
-// plans again from fresh data. Probing goes on meanwhile: it runs on the
-// scheduler's goroutines, not here.
+// writeBackoff spaces the eight attempts of a write: from 100 ms, growing
+// by 1.6 to about 1.7 s, under 5 s in all.
+var writeBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.6, Jitter: 0.1, Steps: 8}
+
+// maxRetryAfter bounds the wait an answer asks for (Retry-After) before the
+// next attempt.
+const maxRetryAfter = time.Second
+
+// retry runs a write again with writeBackoff while the API server fails in
+// a way that may pass (timeouts, throttling, unavailability); an answer
+// that asks the client to wait (Retry-After, which client-go's own retries
+// also honour) is waited for, within the backoff's cap. Answers that will
+// not change by retrying (a conflict, a taken name, a refusal) return at
+// once: the reconcile then plans again from fresh data. Probing goes on
+// meanwhile: it runs on the scheduler's goroutines, not here.
 func retry(ctx context.Context, write func() error) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = 100 * time.Millisecond
-	b.MaxInterval = time.Second
-	b.MaxElapsedTime = 5 * time.Second
-	return backoff.Retry(func() error {
-		err := write()
+	var err error
+	waited := wait.ExponentialBackoffWithContext(ctx, writeBackoff, func(ctx context.Context) (bool, error) {
+		err = write()
 		if err == nil || !transient(err) {
-			return backoff.Permanent(err)
+			return true, nil
 		}
-		return err
-	}, backoff.WithContext(b, ctx))
+		if seconds, ok := apierrors.SuggestsClientDelay(err); ok && seconds > 0 {
+			pause := min(time.Duration(seconds)*time.Second, maxRetryAfter)
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+		return false, nil
+	})
+	if err == nil {
+		return waited // nil when the write succeeded; the context's error when it never ran
+	}
+	return err
 }
 
 func transient(err error) bool {
