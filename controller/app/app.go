@@ -6,6 +6,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,6 +33,7 @@ import (
 	"github.com/swh-dev/swh/controller/disruption"
 	"github.com/swh-dev/swh/controller/nodehealth"
 	"github.com/swh-dev/swh/controller/reconciler"
+	"github.com/swh-dev/swh/controller/webhookcert"
 	"github.com/swh-dev/swh/endpoints"
 )
 
@@ -69,8 +71,14 @@ type Options struct {
 	WebhookPort int
 	// WebhookHost is the address the webhook server binds; all by default.
 	WebhookHost string
-	// WebhookCertDir holds tls.crt and tls.key for the webhook server.
+	// WebhookCertDir holds tls.crt and tls.key for the webhook server
+	// (cert-manager's Secret, mounted), unless WebhookCert is set.
 	WebhookCertDir string
+	// WebhookCert, when set, makes the controller keep the webhook's
+	// certificate itself: a CA and a certificate in a Secret, the CA
+	// injected into the webhook configuration, both rotated
+	// (webhookcert); the server then serves from the Secret.
+	WebhookCert *webhookcert.Options
 	// ReservationTimeout defaults to disruption.DefaultReservationTimeout.
 	ReservationTimeout time.Duration
 	// EvictionWebhookTimeout is the eviction webhook's timeoutSeconds
@@ -129,8 +137,17 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		// ConfigMaps, Roles and RoleBindings: only the access reconciler's.
 		Cache: cache.Options{ByObject: byObject},
 	}
+	// rotator keeps the certificate when WebhookCert is set; the server's
+	// TLS hook reads it once the manager that gives it clients exists.
+	var rotator *webhookcert.Rotator
 	if opts.WebhookPort != 0 {
-		mgrOpts.WebhookServer = webhook.NewServer(webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.WebhookCertDir})
+		serverOpts := webhook.Options{Host: opts.WebhookHost, Port: opts.WebhookPort, CertDir: opts.WebhookCertDir}
+		if opts.WebhookCert != nil {
+			serverOpts.TLSOpts = []func(*tls.Config){func(c *tls.Config) {
+				c.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) { return rotator.GetCertificate(h) }
+			}}
+		}
+		mgrOpts.WebhookServer = webhook.NewServer(serverOpts)
 	}
 	if opts.SkipNameValidation {
 		mgrOpts.Controller.SkipNameValidation = &opts.SkipNameValidation
@@ -189,6 +206,17 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := setupGuard(mgr, opts, registry); err != nil {
 		return nil, err
+	}
+	if opts.WebhookPort != 0 && opts.WebhookCert != nil {
+		if rotator, err = webhookcert.New(mgr.GetClient(), mgr.GetAPIReader(), *opts.WebhookCert); err != nil {
+			return nil, err
+		}
+		if err := mgr.Add(rotator); err != nil {
+			return nil, fmt.Errorf("adding the webhook certificate rotator: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("webhook-certificate", rotator.Ready); err != nil {
+			return nil, fmt.Errorf("adding the webhook certificate's readiness check: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)

@@ -11,8 +11,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/swh-dev/swh/controller/app"
 	"github.com/swh-dev/swh/controller/disruption"
 	"github.com/swh-dev/swh/controller/internal/version"
+	"github.com/swh-dev/swh/controller/webhookcert"
 )
 
 func main() {
@@ -34,7 +37,10 @@ func main() {
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
 	agentSA := fs.String("agent-service-account", "", "<namespace>/<name> of the agents' ServiceAccount, granted get on exactly the Secrets the PostgreSQL probes name (authSecretName), namespace by namespace; empty grants none")
 	fs.IntVar(&opts.WebhookPort, "webhook-port", 0, "port of the eviction guard's HTTPS webhook server, which every replica serves (the chart: 9443); 0 disables the guard's webhook (the disruption status is still kept)")
-	fs.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "/etc/swh/webhook", "directory with the webhook server's tls.crt and tls.key (reloaded when they change)")
+	fs.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "/etc/swh/webhook", "directory with the webhook server's tls.crt and tls.key (reloaded when they change); unused with --webhook-cert-secret")
+	certSecret := fs.String("webhook-cert-secret", "", "<namespace>/<name> of a Secret where the controller keeps the webhook's CA and serving certificate itself, rotating both and injecting the CA into --webhook-configuration; empty: read them from --webhook-cert-dir")
+	webhookConfig := fs.String("webhook-configuration", "", "name of the eviction guard's ValidatingWebhookConfiguration, whose caBundle the controller keeps (with --webhook-cert-secret)")
+	certHosts := fs.String("webhook-cert-hosts", "", "comma-separated DNS names (or IP addresses) of the webhook's serving certificate: the webhook Service's (with --webhook-cert-secret)")
 	fs.DurationVar(&opts.ReservationTimeout, "eviction-reservation-timeout", disruption.DefaultReservationTimeout, "how long an eviction the guard allowed counts against a budget while its pod is neither terminating nor gone")
 	fs.DurationVar(&opts.EvictionWebhookTimeout, "eviction-webhook-timeout", disruption.DefaultWebhookTimeout, "the eviction webhook's timeoutSeconds (1s to 30s, the API server's range): the guard answers each eviction within three fifths of it")
 	showVersion := fs.Bool("version", false, "print the version and exit")
@@ -49,6 +55,18 @@ func main() {
 	if t := opts.EvictionWebhookTimeout; t < time.Second || t > 30*time.Second {
 		fmt.Fprintf(os.Stderr, "swh-controller: --eviction-webhook-timeout %v: must be from 1s to 30s, the webhook's timeoutSeconds\n", t)
 		os.Exit(2)
+	}
+	if *certSecret != "" {
+		ns, name, ok := strings.Cut(*certSecret, "/")
+		if !ok || ns == "" || name == "" || *webhookConfig == "" || *certHosts == "" {
+			fmt.Fprintln(os.Stderr, "swh-controller: --webhook-cert-secret takes <namespace>/<name> and needs --webhook-configuration and --webhook-cert-hosts")
+			os.Exit(2)
+		}
+		opts.WebhookCert = &webhookcert.Options{
+			Secret:               types.NamespacedName{Namespace: ns, Name: name},
+			WebhookConfiguration: *webhookConfig,
+			Hosts:                strings.Split(*certHosts, ","),
+		}
 	}
 	if *agentSA != "" {
 		sa, err := access.ParseServiceAccount(*agentSA)

@@ -2,9 +2,6 @@ package deploy_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"reflect"
 	"slices"
 	"strings"
@@ -25,7 +22,6 @@ import (
 
 // guard is the eviction guard's part of one rendering of the chart.
 type guard struct {
-	secret  *corev1.Secret
 	service *corev1.Service
 	webhook *admissionregistrationv1.ValidatingWebhookConfiguration
 	deploy  *appsv1.Deployment
@@ -36,8 +32,7 @@ type guard struct {
 func guardOf(t *testing.T, objs []*unstructured.Unstructured, release string) guard {
 	t.Helper()
 	fullname := release + "-swh"
-	g := guard{secret: &corev1.Secret{}, service: &corev1.Service{}, webhook: &admissionregistrationv1.ValidatingWebhookConfiguration{}, deploy: &appsv1.Deployment{}}
-	fromUnstructured(t, find(t, objs, "Secret", fullname+"-webhook").Object, g.secret)
+	g := guard{service: &corev1.Service{}, webhook: &admissionregistrationv1.ValidatingWebhookConfiguration{}, deploy: &appsv1.Deployment{}}
 	fromUnstructured(t, find(t, objs, "Service", fullname+"-webhook").Object, g.service)
 	fromUnstructured(t, find(t, objs, "ValidatingWebhookConfiguration", fullname+"-eviction-guard").Object, g.webhook)
 	fromUnstructured(t, find(t, objs, "Deployment", fullname+"-controller").Object, g.deploy)
@@ -45,33 +40,28 @@ func guardOf(t *testing.T, objs []*unstructured.Unstructured, release string) gu
 }
 
 // TestEvictionGuardChart renders the chart in a namespace of its own and
-// checks the eviction guard end to end on paper: the generated certificate
-// serves the Service's DNS name and is signed by the caBundle's CA, the
-// Service reaches the controller's webhook port, the controller serves with
-// the mounted certificate, the webhook watches pods/eviction everywhere but
-// the release namespace and kube-system; then the API server accepts it all
-// (server-side dry-run, no warning). Needs bin/helm.
+// checks the eviction guard end to end on paper: no certificate is
+// rendered, the controller is told to keep one in the Secret for the
+// Service's DNS names and inject its CA into the webhook configuration, the
+// Service reaches the controller's webhook port, the webhook watches
+// pods/eviction everywhere but the release namespace and kube-system; then
+// the API server accepts it all (server-side dry-run, no warning). Needs
+// bin/helm.
 func TestEvictionGuardChart(t *testing.T) {
 	const ns = "swh-guard"
 	objs := renderChart(t, "other", ns, "createNamespace=true")
 	g := guardOf(t, objs, "other")
 
-	// The certificate: a TLS Secret whose key pair serves
-	// other-swh-webhook.swh-guard.svc under the CA of the caBundle.
-	if g.secret.Type != corev1.SecretTypeTLS {
-		t.Errorf("Secret type %q, want %q", g.secret.Type, corev1.SecretTypeTLS)
+	// No key material is rendered: the controller keeps it.
+	if left := harness.OfKind(objs, "Secret"); len(left) > 0 {
+		t.Errorf("the chart renders the Secret %s; the certificate must not be in the manifests", left[0].GetName())
 	}
-	ca := g.secret.Data["ca.crt"]
-	if _, err := tls.X509KeyPair(g.secret.Data["tls.crt"], g.secret.Data["tls.key"]); err != nil {
-		t.Errorf("tls.crt and tls.key are not a key pair: %v", err)
-	}
-	verifyServing(t, g.secret.Data["tls.crt"], ca, "other-swh-webhook.swh-guard.svc")
 	if len(g.webhook.Webhooks) != 1 {
 		t.Fatalf("%d webhooks, want 1", len(g.webhook.Webhooks))
 	}
 	wh := g.webhook.Webhooks[0]
-	if string(wh.ClientConfig.CABundle) != string(ca) || len(ca) == 0 {
-		t.Errorf("caBundle is not the Secret's ca.crt:\n%s\nvs\n%s", wh.ClientConfig.CABundle, ca)
+	if len(wh.ClientConfig.CABundle) > 0 {
+		t.Error("the chart renders a caBundle; the controller injects it")
 	}
 
 	// The webhook itself.
@@ -117,7 +107,7 @@ func TestEvictionGuardChart(t *testing.T) {
 	}
 
 	// The Service reaches the webhook port of the controller's pods, which
-	// serve with the mounted certificate.
+	// keep and serve the certificate for its names.
 	if !labels.SelectorFromSet(g.service.Spec.Selector).Matches(labels.Set(g.deploy.Spec.Template.Labels)) || len(g.service.Spec.Selector) == 0 {
 		t.Errorf("the webhook Service selects %v, not the controller's pods %v", g.service.Spec.Selector, g.deploy.Spec.Template.Labels)
 	}
@@ -129,7 +119,9 @@ func TestEvictionGuardChart(t *testing.T) {
 	if !slices.ContainsFunc(ctr.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" && p.ContainerPort == 9443 }) {
 		t.Errorf("controller ports %+v lack webhook: 9443", ctr.Ports)
 	}
-	for _, want := range []string{"--webhook-port=9443", "--webhook-cert-dir=/etc/swh/webhook"} {
+	for _, want := range []string{"--webhook-port=9443", "--webhook-cert-secret=swh-guard/other-swh-webhook",
+		"--webhook-configuration=other-swh-eviction-guard",
+		"--webhook-cert-hosts=other-swh-webhook,other-swh-webhook.swh-guard,other-swh-webhook.swh-guard.svc,other-swh-webhook.swh-guard.svc.cluster.local"} {
 		if !slices.Contains(ctr.Args, want) {
 			t.Errorf("controller args %v lack %s", ctr.Args, want)
 		}
@@ -137,17 +129,8 @@ func TestEvictionGuardChart(t *testing.T) {
 	if ctr.Lifecycle == nil || ctr.Lifecycle.PreStop == nil || ctr.Lifecycle.PreStop.Sleep == nil || ctr.Lifecycle.PreStop.Sleep.Seconds < 1 {
 		t.Errorf("controller lifecycle %+v: want a preStop pause, so that the API server stops calling a stopping replica", ctr.Lifecycle)
 	}
-	mounted := ""
-	for _, m := range ctr.VolumeMounts {
-		if m.MountPath == "/etc/swh/webhook" && m.ReadOnly {
-			mounted = m.Name
-		}
-	}
-	if !slices.ContainsFunc(g.deploy.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
-		return v.Name == mounted && v.Secret != nil && v.Secret.SecretName == g.secret.Name
-	}) {
-		t.Errorf("the controller does not mount the Secret %s read-only at /etc/swh/webhook: mounts %+v, volumes %+v",
-			g.secret.Name, ctr.VolumeMounts, g.deploy.Spec.Template.Spec.Volumes)
+	if len(ctr.VolumeMounts) > 0 || len(g.deploy.Spec.Template.Spec.Volumes) > 0 {
+		t.Errorf("the controller mounts %+v: it reads its certificate from the API server", ctr.VolumeMounts)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -217,65 +200,73 @@ func TestEvictionGuardValues(t *testing.T) {
 	}
 }
 
-// TestEvictionGuardCertificateKept: without a cluster every rendering
-// generates a new CA; against a cluster where the release's Secret exists
-// (helm install/upgrade, here helm template --dry-run=server), the chart
-// reuses its certificate, key and CA, so an upgrade does not swap the CA
-// under the running replicas. Needs bin/helm.
-func TestEvictionGuardCertificateKept(t *testing.T) {
-	ns := controlPlane.CleanNamespace(t)
-	first := guardOf(t, renderChart(t, "keep", ns, ""), "keep")
-	second := guardOf(t, renderChart(t, "keep", ns, ""), "keep")
-	if string(first.secret.Data["ca.crt"]) == string(second.secret.Data["ca.crt"]) {
-		t.Fatal("two renderings without a cluster share a CA; the reuse below would prove nothing")
-	}
-
-	// The first rendering's Secret, installed for real (only it: the
-	// webhook would guard the suite's own evictions).
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	installed := first.secret.DeepCopy()
-	installed.Namespace = ns
-	// As helm install left it: helm refuses to adopt objects of no release.
-	installed.Annotations = map[string]string{"meta.helm.sh/release-name": "keep", "meta.helm.sh/release-namespace": ns}
-	if err := controlPlane.Client.Create(ctx, installed); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := helmTemplate(t, "keep", ns, "", "--dry-run=server", "--kubeconfig", controlPlane.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upgraded := guardOf(t, objs, "keep")
-	for _, key := range []string{"tls.crt", "tls.key", "ca.crt"} {
-		if string(upgraded.secret.Data[key]) != string(first.secret.Data[key]) {
-			t.Errorf("the rendering against the cluster generated a new %s instead of reusing the Secret's", key)
+// TestRendersAreIdentical: GitOps tools render the chart on every sync
+// (helm template); two renderings of the same values must be the same, or
+// each sync would change what is installed (a new CA under a fail-closed
+// webhook stalls drains). Needs bin/helm.
+func TestRendersAreIdentical(t *testing.T) {
+	for _, set := range []string{"", "controller.evictionGuard.certificate.source=cert-manager",
+		"prometheusRule.enabled=true,serviceMonitor.enabled=true,grafanaDashboard.enabled=true,createNamespace=true"} {
+		first, second := renderChart(t, "same", "swh-same", set), renderChart(t, "same", "swh-same", set)
+		if !reflect.DeepEqual(first, second) {
+			for i := range first {
+				if i < len(second) && !reflect.DeepEqual(first[i], second[i]) {
+					t.Errorf("--set %q: two renderings differ in %s %s", set, first[i].GetKind(), first[i].GetName())
+				}
+			}
+			t.Errorf("--set %q: two renderings differ", set)
 		}
-	}
-	if string(upgraded.webhook.Webhooks[0].ClientConfig.CABundle) != string(first.secret.Data["ca.crt"]) {
-		t.Error("the caBundle is not the CA of the existing Secret")
 	}
 }
 
-// verifyServing fails unless certPEM, signed by caPEM, serves host.
-func verifyServing(t *testing.T, certPEM, caPEM []byte, host string) {
-	t.Helper()
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(caPEM) {
-		t.Fatalf("ca.crt holds no PEM certificate: %q", caPEM)
+// TestEvictionGuardCertManager: with certificate.source cert-manager the
+// chart asks cert-manager for the Secret (from its own self-signed CA, or
+// from a given issuer), has the cainjector fill the caBundle, and the
+// replicas serve the mounted Secret. Needs bin/helm.
+func TestEvictionGuardCertManager(t *testing.T) {
+	const ns = "swh-guard"
+	objs := renderChart(t, "other", ns, "controller.evictionGuard.certificate.source=cert-manager")
+	g := guardOf(t, objs, "other")
+	if got := g.webhook.Annotations["cert-manager.io/inject-ca-from"]; got != ns+"/other-swh-webhook" {
+		t.Errorf("inject-ca-from %q, want %s/other-swh-webhook", got, ns)
 	}
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		t.Fatalf("tls.crt holds no PEM block: %q", certPEM)
+	cert := find(t, objs, "Certificate", "other-swh-webhook")
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	issuer, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
+	if secretName != "other-swh-webhook" || !slices.Contains(dnsNames, "other-swh-webhook.swh-guard.svc") || issuer != "other-swh-webhook-ca" {
+		t.Errorf("Certificate: secret %q, names %v, issuer %q; want other-swh-webhook, the Service's names, the chart's CA", secretName, dnsNames, issuer)
 	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
+	find(t, objs, "Issuer", "other-swh-webhook-ca")
+	find(t, objs, "Certificate", "other-swh-webhook-ca")
+	ctr := g.deploy.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(ctr.Args, "--webhook-cert-dir=/etc/swh/webhook") || slices.ContainsFunc(ctr.Args, func(a string) bool { return strings.HasPrefix(a, "--webhook-cert-secret") }) {
+		t.Errorf("controller args %v: want the mounted certificate, not one the controller keeps", ctr.Args)
 	}
-	if _, err := cert.Verify(x509.VerifyOptions{DNSName: host, Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
-		t.Errorf("the serving certificate (names %v) does not serve %s under the caBundle's CA: %v", cert.DNSNames, host, err)
+	mounted := ""
+	for _, m := range ctr.VolumeMounts {
+		if m.MountPath == "/etc/swh/webhook" && m.ReadOnly {
+			mounted = m.Name
+		}
 	}
-	if left := time.Until(cert.NotAfter); left < 5*365*24*time.Hour {
-		t.Errorf("the serving certificate expires in %s; an install should not need a rotation for years", left.Round(time.Hour))
+	if !slices.ContainsFunc(g.deploy.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool {
+		return v.Name == mounted && v.Secret != nil && v.Secret.SecretName == "other-swh-webhook"
+	}) {
+		t.Errorf("the controller does not mount the Secret other-swh-webhook read-only at /etc/swh/webhook: mounts %+v, volumes %+v",
+			ctr.VolumeMounts, g.deploy.Spec.Template.Spec.Volumes)
+	}
+
+	// A given issuer: the chart makes no CA of its own.
+	objs = renderChart(t, "other", ns, "controller.evictionGuard.certificate.source=cert-manager,"+
+		"controller.evictionGuard.certificate.certManager.issuerRef.name=corp,controller.evictionGuard.certificate.certManager.issuerRef.kind=ClusterIssuer")
+	cert = find(t, objs, "Certificate", "other-swh-webhook")
+	kind, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "kind")
+	issuer, _, _ = unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
+	if kind != "ClusterIssuer" || issuer != "corp" || len(harness.OfKind(objs, "Issuer")) > 0 {
+		t.Errorf("issuerRef %s/%s and %d Issuers: want ClusterIssuer corp and no Issuer of the chart's", kind, issuer, len(harness.OfKind(objs, "Issuer")))
+	}
+	if _, err := helmTemplate(t, "other", ns, "controller.evictionGuard.certificate.source=helm"); err == nil || !strings.Contains(err.Error(), "schema") {
+		t.Errorf("certificate.source=helm: %v, want the values schema to refuse it", err)
 	}
 }
 

@@ -78,7 +78,8 @@ func TestManifestsApplyDryRun(t *testing.T) {
 	for kind, want := range map[string]int{
 		"CustomResourceDefinition": 1, "Namespace": 1, "ServiceAccount": 2, "ClusterRole": 4, // the binaries', and view/edit aggregation
 		"ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1, "Deployment": 1, "DaemonSet": 1,
-		"PodDisruptionBudget": 1, "Service": 2, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
+		"PodDisruptionBudget": 1, "Service": 3, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
+		"ValidatingWebhookConfiguration": 1, // the eviction guard, its certificate kept by the controller
 	} {
 		if kinds[kind] != want {
 			t.Errorf("%d %s objects in the manifests, want %d", kinds[kind], kind, want)

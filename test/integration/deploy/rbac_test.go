@@ -128,6 +128,13 @@ var needs = map[string][]access{
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
 		{verb: "create", resource: "events", namespace: namespace},
 		{verb: "patch", resource: "events", namespace: namespace},
+		// The eviction guard's certificate (webhookcert): its Secret in its
+		// own namespace, and the caBundle of its webhook configuration.
+		{verb: "get", resource: "secrets", namespace: namespace, name: "swh-webhook"},
+		{verb: "create", resource: "secrets", namespace: namespace},
+		{verb: "update", resource: "secrets", namespace: namespace, name: "swh-webhook"},
+		{verb: "get", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "swh-eviction-guard"},
+		{verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "swh-eviction-guard"},
 	},
 	agentSA: {
 		{verb: "list", group: swhGroup, resource: swhRes},
@@ -170,6 +177,10 @@ var mustNot = map[string][]access{
 		{verb: "list", resource: "secrets"},
 		{verb: "watch", resource: "secrets"},
 		{verb: "update", resource: "secrets", namespace: appNS, name: "db-credentials"},
+		{verb: "create", resource: "secrets", namespace: appNS},
+		// Only its own webhook configuration's caBundle.
+		{verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "other-webhook"},
+		{verb: "update", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations", name: "swh-eviction-guard"},
 		// It rewrites only the ConfigMap and the Role and RoleBinding it
 		// manages, none of the cluster's others.
 		{verb: "update", resource: "configmaps", namespace: "kube-system", name: "coredns"},

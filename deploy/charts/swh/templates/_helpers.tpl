@@ -100,3 +100,13 @@ them (the metrics Service's name): (dict "root" $ "component" "agent"). */}}
 {{- define "swh.runbookURL" -}}
 {{- printf "%s#%s" .root.Values.prometheusRule.runbookURL (lower .alert) | quote -}}
 {{- end -}}
+
+{{/* The DNS names of the eviction guard's Service, one per line: those of
+its serving certificate. */}}
+{{- define "swh.webhookHosts" -}}
+{{- $service := printf "%s-webhook" (include "swh.fullname" .) -}}
+- {{ $service }}
+- {{ $service }}.{{ .Release.Namespace }}
+- {{ $service }}.{{ .Release.Namespace }}.svc
+- {{ $service }}.{{ .Release.Namespace }}.svc.cluster.local
+{{- end -}}
