@@ -73,6 +73,10 @@ images: ## Build the controller, agent, test workload and pause images as OCI ta
 	@cd test && go build -o $(BIN)/swh-images ./cmd/swh-images
 	@$(BIN)/swh-images -out _out/images -repo $(IMAGE_REPO) -version $(VERSION)
 
+.PHONY: plugin-release
+plugin-release: ## Build kubectl-swh's release archives (linux, darwin, windows; amd64, arm64) and its krew manifest into _out/plugin.
+	@hack/plugin-release.sh _out/plugin
+
 ##@ Running
 
 .PHONY: run

@@ -8,6 +8,10 @@
 // that does not pass is out (written only when a reason changes), the
 // selected pods, their nodes and the agent pods of those nodes.
 //
-//	kubectl swh status NAME [-n NAMESPACE] [-o text|json|yaml]
-//	kubectl swh why NAME POD [-n NAMESPACE]
+// The commands are cobra's, with kubectl's flags and printers from
+// k8s.io/cli-runtime (command.go); NewCommand builds them, Run runs them.
+//
+//	kubectl swh status NAME [-n NAMESPACE] [-o text|wide|json|yaml|jsonpath=...]
+//	kubectl swh status [-n NAMESPACE | -A]
+//	kubectl swh why NAME POD [-n NAMESPACE] [-o text|json|yaml|jsonpath=...]
 package kubectlswh

@@ -1,7 +1,6 @@
 package kubectlswh
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -11,36 +10,29 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/duration"
-	"sigs.k8s.io/yaml"
 )
 
-// WriteStatus prints st in format "text", "json" or "yaml".
-func WriteStatus(w io.Writer, st Status, format string, now time.Time) error {
-	switch format {
-	case "json":
-		b, err := json.MarshalIndent(st, "", "  ")
-		if err != nil {
-			return fmt.Errorf("encoding the status: %w", err)
-		}
-		_, err = fmt.Fprintf(w, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := yaml.Marshal(st)
-		if err != nil {
-			return fmt.Errorf("encoding the status: %w", err)
-		}
-		_, err = w.Write(b)
-		return err
-	case "", "text":
-		return writeStatusText(w, st, now)
-	}
-	return fmt.Errorf("output format %q: want text, json or yaml", format)
+// tableOptions shape the text tables: -o wide adds columns, --no-headers
+// drops the header line (and the summary above the table, which is not a
+// row).
+type tableOptions struct {
+	wide, noHeaders bool
 }
 
-func writeStatusText(w io.Writer, st Status, now time.Time) error {
-	fmt.Fprintln(w, st.Summary)
+// writeStatusTable prints st as text: the summary, a row per pod and port,
+// and the nodes' problems.
+func writeStatusTable(w io.Writer, st Status, opts tableOptions, now time.Time) error {
+	if !opts.noHeaders {
+		fmt.Fprintln(w, st.Summary)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PORT\tPOD\tNODE\tSTATE\tREASON\tPROBE\tAGE\tMESSAGE")
+	if !opts.noHeaders {
+		header := "PORT\tPOD\tNODE\tSTATE\tREASON\tPROBE\tAGE\tMESSAGE"
+		if opts.wide {
+			header = "PORT\tPOD\tNODE\tSTATE\tREASON\tPROBE\tAGE\tADDRESSES\tPOD-PORT\tMESSAGE"
+		}
+		fmt.Fprintln(tw, header)
+	}
 	for _, p := range st.Ports {
 		for _, ep := range p.Endpoints {
 			var reason, probe, since, message string
@@ -53,11 +45,23 @@ func writeStatusText(w io.Writer, st Status, now time.Time) error {
 					}
 				}
 			}
+			if opts.wide {
+				podPort := ""
+				if ep.PodPort != 0 {
+					podPort = fmt.Sprint(ep.PodPort)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portName(p), ep.Pod, dash(ep.Node), stateColumn(ep), dash(reason), dash(probe), dash(since),
+					dash(strings.Join(ep.Addresses, ",")), dash(podPort), message)
+				continue
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", portName(p), ep.Pod, dash(ep.Node), stateColumn(ep), dash(reason), dash(probe), dash(since), message)
 		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if opts.noHeaders {
+		return nil // rows only, for scripts
 	}
 	for _, n := range st.Nodes {
 		if n.Note != "" {

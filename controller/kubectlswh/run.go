@@ -2,129 +2,173 @@ package kubectlswh
 
 import (
 	"context"
-	"errors"
-	"flag"
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
-	"github.com/swh-dev/swh/controller/internal/version"
 )
 
-// DefaultAgentSelector selects the Helm chart's agent pods.
-const DefaultAgentSelector = "app.kubernetes.io/name=swh,app.kubernetes.io/component=agent"
+// OutputGroupVersion is the apiVersion of what -o json, yaml, jsonpath,
+// name and go-template print: Status, StatusList and Why.
+const OutputGroupVersion = "kubectl.swh.dev/v1alpha1"
 
-const usage = `kubectl swh: why a ServiceWithHealthchecks sends traffic where it does
+func (o *options) statusCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status [NAME]",
+		Short: "Every pod on every port of a resource, and why it is out; every resource without NAME",
+		Example: `  kubectl swh status db -n shop            # every pod of db on every port
+  kubectl swh status db -o wide             # with the pods' addresses and the slices
+  kubectl swh status -A                     # every resource of the cluster
+  kubectl swh status db -o jsonpath='{.ports[*].ready}'`,
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: o.completeResources,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			printer, err := o.printer()
+			if err != nil {
+				return err
+			}
+			if o.allNamespaces && len(args) == 1 {
+				return fmt.Errorf("a resource name and --all-namespaces: give one or the other")
+			}
+			s, err := o.connect()
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				return o.list(cmd.Context(), s, printer)
+			}
+			snap, err := Read(cmd.Context(), s.client, s.namespace, args[0], s.agents)
+			if err != nil {
+				return err
+			}
+			st := BuildStatus(snap)
+			if printer == nil {
+				return writeStatusTable(o.streams.Out, st, tableOptions{wide: o.format() == "wide", noHeaders: o.noHeaders}, time.Now())
+			}
+			return printAs(printer, o.streams.Out, "Status", st.Namespace, st.Name, st)
+		},
+	}
+	o.addOutputFlags(cmd)
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the resources of every namespace")
+	return cmd
+}
 
-  kubectl swh status NAME [flags]      every pod on every port, with the reason of those not ready
-  kubectl swh why NAME POD [flags]     everything that decides POD's traffic, in sentences
+func (o *options) whyCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "why NAME POD",
+		Short: "Everything that decides POD's traffic on each port of NAME",
+		Example: `  kubectl swh why db db-0 -n shop
+  kubectl swh why db db-0 -o json`,
+		Args: cobra.ExactArgs(2),
+		ValidArgsFunction: func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+			if len(args) == 0 {
+				return o.completeResources(cmd, args, toComplete)
+			}
+			return o.completePods(cmd, args, toComplete)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			printer, err := o.printer()
+			if err != nil {
+				return err
+			}
+			if o.format() == "wide" {
+				return fmt.Errorf("-o wide: why prints sentences; use text, json, yaml, jsonpath or go-template")
+			}
+			s, err := o.connect()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			snap, err := Read(ctx, s.client, s.namespace, args[0], s.agents)
+			if err != nil {
+				return err
+			}
+			pod := &corev1.Pod{}
+			if err := s.client.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: args[1]}, pod); err != nil {
+				return fmt.Errorf("reading pod %s/%s: %w", s.namespace, args[1], err)
+			}
+			if err := addNode(ctx, s.client, snap, pod); err != nil {
+				return err
+			}
+			lines := Why(snap, pod, time.Now())
+			if printer == nil {
+				for _, line := range lines {
+					fmt.Fprintln(o.streams.Out, line)
+				}
+				return nil
+			}
+			return printAs(printer, o.streams.Out, "Why", s.namespace, args[0],
+				WhyReport{Namespace: s.namespace, Name: args[0], Pod: args[1], Sentences: lines})
+		},
+	}
+	o.addOutputFlags(cmd)
+	return cmd
+}
 
-Flags (after the arguments or before them):
-`
+// WhyReport is what `kubectl swh why -o json|yaml` prints.
+type WhyReport struct {
+	Namespace string `json:"namespace"`
+	// Name is the resource's.
+	Name      string   `json:"name"`
+	Pod       string   `json:"pod"`
+	Sentences []string `json:"sentences"`
+}
 
-// Run is the plugin's main: args without the program name.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("kubectl swh", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	kubeconfig := fs.String("kubeconfig", "", "path of the kubeconfig (default: $KUBECONFIG or ~/.kube/config)")
-	kubeContext := fs.String("context", "", "the kubeconfig context to use")
-	namespace := fs.String("namespace", "", "namespace of the resource (default: the context's)")
-	fs.StringVar(namespace, "n", "", "shorthand for --namespace")
-	output := fs.String("output", "text", "status output: text, json or yaml")
-	fs.StringVar(output, "o", "text", "shorthand for --output")
-	agentNamespace := fs.String("agent-namespace", "swh-system", "namespace of the agent pods (the chart's release namespace)")
-	agentSelector := fs.String("agent-selector", DefaultAgentSelector, "label selector of the agent pods")
-	showVersion := fs.Bool("version", false, "print the plugin's version and exit")
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
-
-	positional, err := parseInterspersed(fs, args)
+// completePods completes the pods the resource args[0] selects.
+func (o *options) completePods(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	if len(args) != 1 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	s, err := o.connect()
 	if err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+	defer cancel()
+	r := &swhv1alpha1.ServiceWithHealthchecks{}
+	if err := s.client.Get(ctx, types.NamespacedName{Namespace: s.namespace, Name: args[0]}, r); err != nil || len(r.Spec.Selector) == 0 {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	pods := &corev1.PodList{}
+	if err := s.client.List(ctx, pods, client.InNamespace(s.namespace), client.MatchingLabelsSelector{Selector: labels.SelectorFromSet(r.Spec.Selector)}); err != nil {
+		return nil, cobra.ShellCompDirectiveError
+	}
+	var names []string
+	for _, p := range pods.Items {
+		names = append(names, p.Name)
+	}
+	return names, cobra.ShellCompDirectiveNoFileComp
+}
+
+// printAs prints v through a cli-runtime printer, as an object of kind
+// with v's fields: the printers print objects, which carry a kind, an
+// apiVersion and metadata (what -o name prints).
+func printAs(p printers.ResourcePrinter, w io.Writer, kind, namespace, name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding the %s: %w", kind, err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(b, &obj.Object); err != nil {
 		return err
 	}
-	if *showVersion {
-		fmt.Fprintln(stdout, version.String("kubectl-swh"))
-		return nil
+	obj.SetAPIVersion(OutputGroupVersion)
+	obj.SetKind(kind)
+	obj.SetName(name)
+	if namespace != "" {
+		obj.SetNamespace(namespace)
 	}
-	if len(positional) == 0 {
-		fs.Usage()
-		return errors.New("a command is required: status or why")
-	}
-	selector, err := labels.Parse(*agentSelector)
-	if err != nil {
-		return fmt.Errorf("--agent-selector: %w", err)
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: *kubeContext})
-	ns := *namespace
-	if ns == "" {
-		if ns, _, err = loader.Namespace(); err != nil {
-			return fmt.Errorf("the kubeconfig's namespace: %w", err)
-		}
-	}
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return fmt.Errorf("loading the kubeconfig: %w", err)
-	}
-	cfg.UserAgent = "kubectl-swh"
-	// A few reads per node of the resource's pods: client-go's default
-	// 5 per second would take a minute on a large cluster.
-	cfg.QPS, cfg.Burst = 50, 100
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering the Kubernetes types: %w", err)
-	}
-	if err := swhv1alpha1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("registering the swh types: %w", err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("creating the client: %w", err)
-	}
-	agents := AgentLocation{Namespace: *agentNamespace, Selector: selector}
-
-	switch cmd := positional[0]; cmd {
-	case "status":
-		if len(positional) != 2 {
-			return errors.New("usage: kubectl swh status NAME")
-		}
-		snap, err := Read(ctx, c, ns, positional[1], agents)
-		if err != nil {
-			return err
-		}
-		return WriteStatus(stdout, BuildStatus(snap), *output, time.Now())
-	case "why":
-		if len(positional) != 3 {
-			return errors.New("usage: kubectl swh why NAME POD")
-		}
-		snap, err := Read(ctx, c, ns, positional[1], agents)
-		if err != nil {
-			return err
-		}
-		pod := &corev1.Pod{}
-		if err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: positional[2]}, pod); err != nil {
-			return fmt.Errorf("reading pod %s/%s: %w", ns, positional[2], err)
-		}
-		if err := addNode(ctx, c, snap, pod); err != nil {
-			return err
-		}
-		for _, line := range Why(snap, pod, time.Now()) {
-			fmt.Fprintln(stdout, line)
-		}
-		return nil
-	default:
-		fs.Usage()
-		return fmt.Errorf("unknown command %q: want status or why", cmd)
-	}
+	return p.PrintObj(obj, w)
 }
 
 // addNode reads the node of a pod the resource does not select, which
@@ -141,21 +185,4 @@ func addNode(ctx context.Context, c client.Reader, s *Snapshot, pod *corev1.Pod)
 	}
 	s.Nodes[name] = n
 	return nil
-}
-
-// parseInterspersed parses flags placed before, between or after the
-// positional arguments, as kubectl does.
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return positional, nil
-		}
-		positional = append(positional, args[0])
-		args = args[1:]
-	}
 }

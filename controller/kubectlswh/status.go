@@ -51,6 +51,10 @@ type EndpointStatus struct {
 	// Stale is set when the node's agent is not running: the conditions
 	// are what it last published.
 	Stale bool `json:"stale,omitempty"`
+	// Addresses and PodPort are where the published endpoint sends
+	// traffic: the pod's addresses and the port number on the pod.
+	Addresses []string `json:"addresses,omitempty"`
+	PodPort   int32    `json:"podPort,omitempty"`
 }
 
 // Reason is an entry of the slices' reasons annotation, or the plugin's
@@ -194,6 +198,10 @@ func (s *Snapshot) endpoint(pod *corev1.Pod, port string, probeNames []string) E
 			continue
 		}
 		ep.Published = true
+		ep.Addresses = append(ep.Addresses, p.Addresses...)
+		if p.PortNumber != 0 {
+			ep.PodPort = p.PortNumber
+		}
 		ep.Ready = ep.Ready && p.Ready
 		ep.Serving = ep.Serving && p.Serving
 		ep.Terminating = ep.Terminating || p.Terminating

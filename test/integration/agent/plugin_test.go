@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -207,6 +208,55 @@ func TestKubectlSwh(t *testing.T) {
 		if !strings.Contains(why, want) {
 			t.Errorf("why lacks %q", want)
 		}
+	}
+
+	// kubectl's output conventions: -o wide, a jsonpath, --no-headers, the
+	// list of every resource, why as JSON, and completion of names.
+	wide, err := plugin(t, kubeconfig, agentNS, "status", "shop", "-n", ns, "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(wide, "ADDRESSES") || !strings.Contains(wide, "POD-PORT") || !strings.Contains(wide, "8080") {
+		t.Errorf("-o wide lacks the addresses and pod ports:\n%s", wide)
+	}
+	ready, err := plugin(t, kubeconfig, agentNS, "status", "shop", "-n", ns, "-o", `jsonpath={range .ports[*]}{.name}={.ready}{" "}{end}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(ready) != "web=1 smtp=2" {
+		t.Errorf("-o jsonpath printed %q, want %q", ready, "web=1 smtp=2")
+	}
+	rows, err := plugin(t, kubeconfig, agentNS, "status", "shop", "-n", ns, "--no-headers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(rows), "\n"); len(lines) != 6 || strings.Contains(rows, "PORT") || strings.Contains(rows, st.Summary) {
+		t.Errorf("--no-headers: want the 6 rows (3 pods, 2 ports) only, got:\n%s", rows)
+	}
+	all, err := plugin(t, kubeconfig, agentNS, "status", "-A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(all, "NAMESPACE") || !regexp.MustCompile(ns+`\s+shop\s`).MatchString(all) {
+		t.Errorf("status -A does not list %s/shop:\n%s", ns, all)
+	}
+	whyJSON, err := plugin(t, kubeconfig, agentNS, "why", "shop", "shop-a", "-n", ns, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report kubectlswh.WhyReport
+	if err := json.Unmarshal([]byte(whyJSON), &report); err != nil || report.Pod != "shop-a" || len(report.Sentences) < 3 ||
+		!strings.Contains(whyJSON, `"kind": "Why"`) {
+		t.Errorf("why -o json: %v\n%s", err, whyJSON)
+	}
+	// cobra completes the last argument: the flags go before it.
+	var completed, completeErr bytes.Buffer
+	if err := kubectlswh.Run(context.Background(), []string{"__complete", "why", "--kubeconfig", kubeconfig, "-n", ns, "shop", ""}, &completed, &completeErr); err != nil {
+		t.Fatalf("completion: %v (%s)", err, completeErr.String())
+	}
+	completion := completed.String()
+	if !strings.Contains(completion, "shop-a\n") || !strings.Contains(completion, "shop-c\n") {
+		t.Errorf("completing why shop's pod: %q", completion)
 	}
 
 	// An operator with view in the resource's namespace only: no nodes,
