@@ -73,6 +73,10 @@ images: ## Build the controller, agent, test workload and pause images as OCI ta
 	@cd test && go build -o $(BIN)/swh-images ./cmd/swh-images
 	@$(BIN)/swh-images -out _out/images -repo $(IMAGE_REPO) -version $(VERSION)
 
+.PHONY: push
+push: ## Push the images (linux/amd64 and arm64) and the chart (OCI) to a registry: make push REPO=registry.example.com/swh (docs/installing.md).
+	@hack/push.sh "$(REPO)"
+
 .PHONY: plugin-release
 plugin-release: ## Build kubectl-swh's release archives (linux, darwin, windows; amd64, arm64) and its krew manifest into _out/plugin.
 	@hack/plugin-release.sh _out/plugin
@@ -137,8 +141,8 @@ e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) ca
 # Real kubelets, containerd and runc run the chart with the images of
 # make images (docs/real-nodes.md); everything inside hack/netns.sh.
 .PHONY: realnode
-realnode: images ## Real-node suite: the chart on real kubelet nodes under traffic (install, upgrade, failover, rollout, node failure).
-	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm
+realnode: images ## Real-node suite: the release pushed to a registry, the chart installed from it on real kubelet nodes under traffic (install, upgrade, failover, rollout, node failure).
+	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm registry
 	@cd test && go test -c -o $(BIN)/realnode.test ./e2e/realnode/
 	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/e2e/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=30m $(REALNODE_FLAGS)' $(BIN)/realnode.test
 
@@ -146,7 +150,7 @@ realnode: images ## Real-node suite: the chart on real kubelet nodes under traff
 # resource with the same check, side by side on the same failures.
 .PHONY: bench-datapath
 bench-datapath: images ## Built-in readiness vs ours on real kubelets: failure → kube-proxy stops sending, and their ratio.
-	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm
+	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm registry
 	@cd test && go test -c -o $(BIN)/realnode.test ./e2e/realnode/
 	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/e2e/realnode && exec "$$0" -test.run "^$$" -test.bench BenchmarkFailureReaction -test.benchtime 6x -test.timeout=30m' $(BIN)/realnode.test
 

@@ -4,7 +4,7 @@
 # when its pin changed since it was built, so warm runs take a second.
 #
 # usage: hack/build-tools.sh NAME...   (kube-apiserver etcd controller-gen kube-proxy
-#        kube-controller-manager kube-scheduler kubelet helm promtool)
+#        kube-controller-manager kube-scheduler kubelet helm promtool registry)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,17 +22,21 @@ pkg_of() {
     controller-gen) echo sigs.k8s.io/controller-tools/cmd/controller-gen ;;
     helm) echo helm.sh/helm/v4/cmd/helm ;;
     promtool) echo github.com/prometheus/prometheus/cmd/promtool ;;
+    registry) echo github.com/distribution/distribution/v3/cmd/registry ;;
     *) echo "build-tools: unknown program $1" >&2; return 1 ;;
   esac
 }
 
-# Helm and promtool are built from their own modules at pinned versions (`go
+# Helm, promtool and the registry (distribution's, the OCI registry the
+# real-node suite pushes the images and the chart to) are built from their
+# own modules at pinned versions (`go
 # install pkg@version`: its go.mod alone decides its dependencies, checked
 # against the checksum database), so their k8s.io versions never meet the
 # control plane's, the workspace's or hack/tools' (whose go.sum stamps the
 # kube-apiserver build).
 HELM_VERSION=v4.3.2
 PROMETHEUS_VERSION=v0.316.0 # promtool; Prometheus v3.16's Go module version
+DISTRIBUTION_VERSION=v3.1.2
 
 # own_module NAME prints the module and pinned version of a program built
 # from its own module, nothing for those pinned in hack/tools/go.mod.
@@ -40,6 +44,7 @@ own_module() {
   case "$1" in
     helm) echo "helm.sh/helm/v4@$HELM_VERSION" ;;
     promtool) echo "github.com/prometheus/prometheus@$PROMETHEUS_VERSION" ;;
+    registry) echo "github.com/distribution/distribution/v3@$DISTRIBUTION_VERSION" ;;
   esac
 }
 own_version() { local m; m=$(own_module "$1"); echo "${m#*@}"; }

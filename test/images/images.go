@@ -100,6 +100,8 @@ type Result struct {
 // spec is one image to build.
 type spec struct {
 	name, ref, binary string
+	// arch is the image's architecture: the machine's when empty.
+	arch string
 	// pause images hold only the binary and run as pauseUser.
 	pause bool
 }
@@ -332,6 +334,9 @@ func (o Options) image(s spec, binary, ca []byte) (v1.Image, error) {
 	cf.Config = cfg
 	cf.Created = created
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
+	if s.arch != "" {
+		cf.Architecture = s.arch
+	}
 	return mutate.ConfigFile(img, cf)
 }
 

@@ -5,7 +5,15 @@
 // tarballs for `ctr -n k8s.io images import`. It prints every image's
 // reference, digest, file and size.
 //
+// With -push REPO it builds the controller and agent images for every
+// -platforms instead (linux/amd64 and linux/arm64 by default) and pushes
+// them to REPO/swh-controller and REPO/swh-agent as image indexes, with the
+// Docker configuration's credentials; it prints each reference and digest
+// (and writes them to -published, for hack/push.sh).
+//
 // usage: swh-images [-out DIR] [-repo PREFIX] [-version TAG]   (from the repository)
+//
+//	swh-images -push REGISTRY/PATH [-platforms linux/amd64,linux/arm64] [-insecure] [-published FILE]
 package main
 
 import (
@@ -16,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 
 	"github.com/swh-dev/swh/test/images"
 )
@@ -33,6 +42,11 @@ func run() error {
 	flag.StringVar(&o.Repo, "repo", images.DefaultRepo, "repository prefix of the swh and workload images")
 	flag.StringVar(&o.Version, "version", "", "their tag and version label (default: the chart's appVersion)")
 	flag.StringVar(&o.CACerts, "ca-certs", "/etc/ssl/certs/ca-certificates.crt", "CA bundle copied into the images (Debian's ca-certificates)")
+	var p images.PublishOptions
+	flag.StringVar(&p.Repo, "push", "", "push the controller and agent images to this REGISTRY/PATH instead of writing tarballs")
+	platforms := flag.String("platforms", strings.Join(images.DefaultPlatforms, ","), "with -push: the linux/ARCH platforms of each image index")
+	flag.BoolVar(&p.Insecure, "insecure", false, "with -push: the registry speaks plain HTTP")
+	published := flag.String("published", "", "with -push: write NAME REF DIGEST lines of the pushed images to this file")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", flag.Args())
@@ -48,6 +62,22 @@ func run() error {
 	o.Log = os.Stderr
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	if p.Repo != "" {
+		p.Platforms = strings.Split(*platforms, ",")
+		pushed, err := images.Publish(ctx, o, p)
+		if err != nil {
+			return err
+		}
+		var list strings.Builder
+		for _, r := range pushed {
+			fmt.Printf("%s@%s\n", r.Ref, r.Digest)
+			fmt.Fprintf(&list, "%s %s %s\n", r.Name, r.Ref, r.Digest)
+		}
+		if *published != "" {
+			return os.WriteFile(*published, []byte(list.String()), 0o644)
+		}
+		return nil
+	}
 	results, err := images.Build(ctx, o)
 	if err != nil {
 		return err

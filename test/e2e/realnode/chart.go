@@ -2,7 +2,9 @@ package realnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -29,11 +31,16 @@ func (c *Cluster) Helm(ctx context.Context, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// InstallChart installs (or, when upgrade, upgrades) deploy/charts/swh
-// with the suite's images and waits until every pod of the release is
-// Ready. set are extra --set values.
+// InstallChart installs (or, when upgrade, upgrades) the chart as
+// published to the suite's registry (ChartRef: its values pin the images
+// pushed with it) and waits until every pod of the release is Ready. set
+// are extra --set values.
 func (c *Cluster) InstallChart(ctx context.Context, upgrade bool, set ...string) (string, error) {
 	root, err := harness.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	version, err := chartVersion(root)
 	if err != nil {
 		return "", err
 	}
@@ -41,31 +48,31 @@ func (c *Cluster) InstallChart(ctx context.Context, upgrade bool, set ...string)
 	if upgrade {
 		verb = "upgrade"
 	}
-	args := []string{verb, ChartRelease, filepath.Join(root, "deploy", "charts", "swh"),
+	args := []string{verb, ChartRelease, ChartRef, "--version", version, "--plain-http",
 		"--namespace", ChartNamespace, "--wait", "--timeout", "4m",
 		// The CRD is the control plane's already (test/harness installs it).
 		"--skip-crds",
-		// Imported images only: nothing can be pulled here.
-		"--set", "controller.image.pullPolicy=Never", "--set", "agent.image.pullPolicy=Never",
 	}
 	if !upgrade {
 		args = append(args, "--create-namespace")
-	}
-	// The images the nodes hold, by name: a tag other than the chart's
-	// appVersion (VERSION=… make images) must still be what the pods run.
-	for _, img := range c.images {
-		component := strings.TrimPrefix(img.Name, "swh-")
-		if component != "controller" && component != "agent" {
-			continue
-		}
-		at := strings.LastIndex(img.Ref, ":")
-		if at < 0 {
-			return "", fmt.Errorf("image reference %q has no tag", img.Ref)
-		}
-		args = append(args, "--set", component+".image.repository="+img.Ref[:at], "--set", component+".image.tag="+img.Ref[at+1:])
 	}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
 	return c.Helm(ctx, args...)
+}
+
+// chartVersion is the version of deploy/charts/swh, as hack/push.sh
+// pushed it.
+func chartVersion(root string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "charts", "swh", "Chart.yaml"))
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "version:"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"'`), nil
+		}
+	}
+	return "", errors.New("no version in deploy/charts/swh/Chart.yaml")
 }

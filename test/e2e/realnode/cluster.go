@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 
@@ -139,6 +140,17 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := world("link add "+bridgeName+" type bridge", "addr add "+worldIP+"/24 dev "+bridgeName, "link set "+bridgeName+" up"); err != nil {
 		return c, err
 	}
+	// The release, published to a registry as a user would: the nodes pull
+	// the swh images from it, helm the chart.
+	if err := c.startRegistry(ctx); err != nil {
+		return c, err
+	}
+	start := time.Now()
+	out, err := c.publish(ctx, runtime.GOARCH)
+	if err != nil {
+		return c, err
+	}
+	fmt.Printf("published the release to %s in %s:\n%s", RegistryRepo, time.Since(start).Round(time.Second), out)
 	for i := 1; i <= opts.Nodes; i++ {
 		if err := c.addNode(i, opts.Nodes); err != nil {
 			return c, err

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/e2e/realnode"
@@ -41,6 +43,29 @@ func TestInstall(t *testing.T) {
 		t.Fatalf("controller Deployment: %d ready replicas, want 2", dep.Status.ReadyReplicas)
 	}
 	t.Logf("helm install --wait took %s", chartInstalled.Round(100*time.Millisecond))
+
+	// Installed from the registry: the chart pulled from it pins the images
+	// pushed with it, which the nodes pulled (they were not imported).
+	for _, spec := range []struct {
+		name     string
+		template corev1.PodTemplateSpec
+	}{{"swh-controller", dep.Spec.Template}, {"swh-agent", ds.Spec.Template}} {
+		image := spec.template.Spec.Containers[0].Image
+		if !strings.HasPrefix(image, realnode.RegistryRepo+"/"+spec.name+"@sha256:") {
+			t.Errorf("%s runs %s, want %s/%s@sha256:… (the chart from the registry pins the pushed digest)", spec.name, image, realnode.RegistryRepo, spec.name)
+		}
+		pods := &corev1.PodList{}
+		if err := cluster.CP.Client.List(ctx, pods, client.InNamespace(realnode.ChartNamespace), client.MatchingLabels(spec.template.Labels)); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if !strings.HasPrefix(cs.ImageID, realnode.RegistryRepo+"/"+spec.name+"@sha256:") {
+					t.Errorf("pod %s runs image %s, want one pulled from %s", p.Name, cs.ImageID, realnode.RegistryRepo)
+				}
+			}
+		}
+	}
 
 	ns := testNamespace(t)
 	if err := cluster.CP.Client.Create(ctx, workload(ns, "web", 3)); err != nil {

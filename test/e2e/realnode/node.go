@@ -110,6 +110,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "%[3]s"
     conf_dir = "%[1]s/cni"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "%[1]s/certs.d"
 `
 
 // cniConfig gives each pod a veth routed through the node (ptp) and an
@@ -193,6 +195,9 @@ func (n *Node) boot() error {
 	n.runs++
 	images := make([]string, 0, len(n.c.images))
 	for _, img := range n.c.images {
+		if img.Name == "swh-controller" || img.Name == "swh-agent" {
+			continue // pulled from the suite's registry, as a cluster would
+		}
 		file, err := filepath.Abs(img.File)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", img.Name, err)
@@ -228,7 +233,7 @@ func (n *Node) PowerOn() error { return n.boot() }
 // prepare writes the node's files: its /var, configurations, the kubelet's
 // serving certificate and kubeconfig, and its cgroup root.
 func (n *Node) prepare() error {
-	for _, d := range []string{"var", "cni", "cni-ipam", "containerd"} {
+	for _, d := range []string{"var", "cni", "cni-ipam", "containerd", "certs.d/" + registryHost} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			return fmt.Errorf("creating %s's folders: %w", n.Name, err)
 		}
@@ -244,6 +249,8 @@ func (n *Node) prepare() error {
 		"kubelet.yaml": fmt.Sprintf(kubeletConfig, n.dir, n.IP, n.cgroupRoot()),
 		"kubelet.crt":  string(cert.CertPEM),
 		"kubelet.key":  string(cert.KeyPEM),
+		// The suite's registry, over HTTP (registry.go).
+		"certs.d/" + registryHost + "/hosts.toml": fmt.Sprintf(hostsConfig, registryHost),
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(data), 0o600); err != nil {
