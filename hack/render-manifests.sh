@@ -20,6 +20,7 @@ trap 'rm -f "$tmp"' EXIT
   echo "#   kubectl apply -f deploy/manifests/swh.yaml"
   echo "# The eviction guard's certificate is not here: the controller makes and"
   echo "# rotates it, and injects its CA into the webhook configuration."
-  bin/helm template swh deploy/charts/swh --namespace swh-system --include-crds --set createNamespace=true
+  echo "# Without Helm's hooks: run the hand-back before deleting these (docs/installing.md)."
+  bin/helm template swh deploy/charts/swh --namespace swh-system --include-crds --set createNamespace=true --no-hooks
 } > "$tmp"
 mv "$tmp" "$out"

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -21,6 +22,15 @@ const (
 	// skipMirrorLabel marks Endpoints the built-in Endpoints controller
 	// manages (the mirroring controller skips them).
 	skipMirrorLabel = "endpointslice.kubernetes.io/skip-mirror"
+	// endpointsManagedByLabel and endpointsController also mark them
+	// (Kubernetes 1.33 and later); the label is kept when the Service
+	// loses its selector, skip-mirror may not be.
+	endpointsManagedByLabel = "endpoints.kubernetes.io/managed-by"
+	endpointsController     = "endpoint-controller"
+	// mirroringManager is the managed-by value of the slices the
+	// EndpointSlice mirroring controller copies from the Endpoints of a
+	// Service without a selector.
+	mirroringManager = "endpointslicemirroring-controller.k8s.io"
 )
 
 // removeSelector drops the selector of a Service being adopted. The
@@ -71,35 +81,47 @@ func (r *Reconciler) finishAdoption(ctx context.Context, swh *swhv1alpha1.Servic
 	return cond, nil
 }
 
-// deleteBuiltin deletes the built-in EndpointSlice controller's slices of the
-// resource's Service and the Endpoints the built-in Endpoints controller
-// left, and returns how many slices it deleted.
+// deleteBuiltin deletes what Kubernetes published for the resource's
+// Service while it had a selector: the EndpointSlice controller's slices,
+// the Endpoints the Endpoints controller left, and the slices the
+// mirroring controller copies from those Endpoints once the selector is
+// gone. It returns how many slices it deleted.
 func (r *Reconciler) deleteBuiltin(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) (int, error) {
-	old := &discoveryv1.EndpointSliceList{}
-	if err := r.APIReader.List(ctx, old, client.InNamespace(swh.Namespace), client.MatchingLabels{
-		discoveryv1.LabelServiceName: swh.Name,
-		discoveryv1.LabelManagedBy:   swhv1alpha1.BuiltinEndpointSliceManager,
-	}); err != nil {
-		return 0, fmt.Errorf("listing the built-in slices of %s/%s: %w", swh.Namespace, swh.Name, err)
-	}
-	for i := range old.Items {
-		if err := r.Client.Delete(ctx, &old.Items[i]); client.IgnoreNotFound(err) != nil {
-			return i, fmt.Errorf("deleting the built-in slice %s: %w", old.Items[i].Name, err)
-		}
-		r.Metrics.sliceCollected()
-	}
 	//lint:ignore SA1019 the deprecated object the built-in controller also left behind
 	ep := &corev1.Endpoints{}
 	err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(swh), ep)
 	if client.IgnoreNotFound(err) != nil {
-		return len(old.Items), fmt.Errorf("reading the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
+		return 0, fmt.Errorf("reading the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
-	if err == nil && ep.Labels[skipMirrorLabel] == "true" {
+	// The Endpoints first: the mirroring controller would copy them again.
+	builtinEndpoints := err == nil && (ep.Labels[skipMirrorLabel] == "true" || ep.Labels[endpointsManagedByLabel] == endpointsController)
+	if builtinEndpoints {
 		if err := r.Client.Delete(ctx, ep); client.IgnoreNotFound(err) != nil {
-			return len(old.Items), fmt.Errorf("deleting the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
+			return 0, fmt.Errorf("deleting the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
 		}
 	}
-	return len(old.Items), nil
+	managers := []string{swhv1alpha1.BuiltinEndpointSliceManager}
+	if builtinEndpoints || apierrors.IsNotFound(err) {
+		managers = append(managers, mirroringManager)
+	}
+	deleted := 0
+	for _, manager := range managers {
+		old := &discoveryv1.EndpointSliceList{}
+		if err := r.APIReader.List(ctx, old, client.InNamespace(swh.Namespace), client.MatchingLabels{
+			discoveryv1.LabelServiceName: swh.Name,
+			discoveryv1.LabelManagedBy:   manager,
+		}); err != nil {
+			return deleted, fmt.Errorf("listing the built-in slices of %s/%s: %w", swh.Namespace, swh.Name, err)
+		}
+		for i := range old.Items {
+			if err := r.Client.Delete(ctx, &old.Items[i]); client.IgnoreNotFound(err) != nil {
+				return deleted, fmt.Errorf("deleting the built-in slice %s: %w", old.Items[i].Name, err)
+			}
+			r.Metrics.sliceCollected()
+			deleted++
+		}
+	}
+	return deleted, nil
 }
 
 // finishSelectorRemoval deletes the built-in controller's slices of an owned

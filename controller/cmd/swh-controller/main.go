@@ -5,6 +5,10 @@
 // eviction guard's webhook (package disruption). Run one active replica per
 // cluster (leader election picks it). The cluster comes from $KUBECONFIG,
 // or the in-cluster configuration.
+//
+// swh-controller hand-back gives every resource's Service back to
+// Kubernetes before an uninstall (package handback; the chart's pre-delete
+// hook).
 package main
 
 import (
@@ -16,16 +20,22 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/swh-dev/swh/controller/access"
 	"github.com/swh-dev/swh/controller/app"
 	"github.com/swh-dev/swh/controller/disruption"
+	"github.com/swh-dev/swh/controller/handback"
 	"github.com/swh-dev/swh/controller/internal/version"
 	"github.com/swh-dev/swh/controller/webhookcert"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "hand-back" {
+		handBack(os.Args[2:])
+		return
+	}
 	var opts app.Options
 	fs := flag.NewFlagSet("swh-controller", flag.ExitOnError)
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
@@ -85,6 +95,43 @@ func main() {
 	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	if err := app.Run(ctrl.SetupSignalHandler(), cfg, opts); err != nil {
 		fmt.Fprintln(os.Stderr, "swh-controller:", err)
+		os.Exit(1)
+	}
+}
+
+// handBack runs `swh-controller hand-back [flags]`.
+func handBack(args []string) {
+	fs := flag.NewFlagSet("swh-controller hand-back", flag.ExitOnError)
+	deployment := fs.String("controller-deployment", "", "<namespace>/<name> of the controller's Deployment, scaled to zero first; empty: none")
+	var opts handback.Options
+	fs.DurationVar(&opts.Timeout, "timeout", 2*time.Minute, "how long each wait lasts at most: the controller's pods stopping, the built-in slices of each Service listing its pods")
+	_ = fs.Parse(args)
+	if *deployment != "" {
+		ns, name, ok := strings.Cut(*deployment, "/")
+		if !ok || ns == "" || name == "" {
+			fmt.Fprintln(os.Stderr, "swh-controller hand-back: --controller-deployment takes <namespace>/<name>")
+			os.Exit(2)
+		}
+		opts.Controller = types.NamespacedName{Namespace: ns, Name: name}
+	}
+	opts.Log = os.Stdout
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "swh-controller hand-back: finding the cluster:", err)
+		os.Exit(1)
+	}
+	scheme, err := app.NewScheme()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "swh-controller hand-back:", err)
+		os.Exit(1)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "swh-controller hand-back: creating the client:", err)
+		os.Exit(1)
+	}
+	if err := handback.Run(ctrl.SetupSignalHandler(), c, opts); err != nil {
+		fmt.Fprintln(os.Stderr, "swh-controller hand-back:", err)
 		os.Exit(1)
 	}
 }
