@@ -11,7 +11,11 @@
 # crane auth login: ~/.docker/config.json), the chart Helm's
 # (helm registry login REGISTRY).
 #
-# usage: [PLATFORMS=linux/amd64,linux/arm64] [PLAIN_HTTP=true] [VERSION=0.1.0] hack/push.sh REPO
+# usage: [PLATFORMS=linux/amd64,linux/arm64] [PLAIN_HTTP=true] [VERSION=0.1.0] [CHART_VERSION=0.1.0] hack/push.sh REPO
+#   VERSION is the images' tag and the binaries' version (default: the chart's
+#   appVersion); CHART_VERSION the chart's (default: its version). Set both to
+#   publish a version other than the checkout's, as the real-node suite does to
+#   test an upgrade across versions.
 #   REPO is REGISTRY[/PATH], e.g. registry.example.com/swh or localhost:5000/swh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +26,7 @@ platforms=${PLATFORMS:-linux/amd64,linux/arm64}
 plain_http=${PLAIN_HTTP:-false}
 chart=deploy/charts/swh
 version=${VERSION:-$(awk '/^appVersion:/ {gsub(/"/, "", $2); print $2}' "$chart/Chart.yaml")}
+chart_version=${CHART_VERSION:-$(awk '/^version:/ {print $2}' "$chart/Chart.yaml")}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -57,8 +62,8 @@ for want in "$repo/swh-controller@$controller_digest" "$repo/swh-agent@$agent_di
     exit 1
   fi
 done
-bin/helm package "$work/swh" --destination "$work" > /dev/null
+bin/helm package "$work/swh" --destination "$work" --version "$chart_version" --app-version "$version" > /dev/null
 package=$(ls "$work"/swh-*.tgz)
 echo ">> chart to oci://$repo/charts"
 bin/helm push "$package" "oci://$repo/charts" "${helm_http[@]}"
-echo "install with: helm install swh oci://$repo/charts/swh --version $(awk '/^version:/ {print $2}' "$chart/Chart.yaml") --namespace swh-system --create-namespace"
+echo "install with: helm install swh oci://$repo/charts/swh --version $chart_version --namespace swh-system --create-namespace"

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/swh-dev/swh/test/harness"
 )
 
@@ -40,9 +42,11 @@ func (c *Cluster) InstallChart(ctx context.Context, upgrade bool, set ...string)
 	if err != nil {
 		return "", err
 	}
-	version, err := chartVersion(root)
-	if err != nil {
-		return "", err
+	version := c.chartVersion
+	if version == "" {
+		if version, err = chartVersion(root); err != nil {
+			return "", err
+		}
 	}
 	verb := "install"
 	if upgrade {
@@ -60,6 +64,49 @@ func (c *Cluster) InstallChart(ctx context.Context, upgrade bool, set ...string)
 		args = append(args, "--set", s)
 	}
 	return c.Helm(ctx, args...)
+}
+
+// ApplyCRDs applies the CRD of the chart version InstallChart installs
+// next, server-side, as docs/installing.md says to before an upgrade
+// (helm show crds | kubectl apply --server-side).
+func (c *Cluster) ApplyCRDs(ctx context.Context) error {
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return err
+	}
+	version := c.chartVersion
+	if version == "" {
+		if version, err = chartVersion(root); err != nil {
+			return err
+		}
+	}
+	out, err := c.Helm(ctx, "show", "crds", ChartRef, "--version", version, "--plain-http")
+	if err != nil {
+		return err
+	}
+	file := filepath.Join(c.dir, "crds-"+version+".yaml")
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		return err
+	}
+	objs, err := harness.ReadManifests(file)
+	if err != nil {
+		return err
+	}
+	applied := 0
+	for _, o := range objs {
+		if o.GetKind() == "" {
+			continue // an empty document
+		}
+		applied++
+		o.SetManagedFields(nil)
+		if err := c.CP.Client.Patch(ctx, o, client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+	if applied == 0 {
+		return fmt.Errorf("helm show crds of %s printed no CRD", version)
+	}
+	return nil
 }
 
 // chartVersion is the version of deploy/charts/swh, as hack/push.sh

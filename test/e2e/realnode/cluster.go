@@ -67,6 +67,10 @@ type Cluster struct {
 	cgroups                    *cgroups
 	host                       hostState
 
+	// chartVersion is the chart version InstallChart installs: the last
+	// Publish's, or the checkout's.
+	chartVersion string
+
 	// procs holds the processes and namespaces the cluster started.
 	procs   *process.Group
 	stopped bool
@@ -146,7 +150,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		return c, err
 	}
 	start := time.Now()
-	out, err := c.publish(ctx, runtime.GOARCH)
+	out, err := c.publish(ctx, runtime.GOARCH, "")
 	if err != nil {
 		return c, err
 	}

@@ -44,20 +44,32 @@ func serve(ctx context.Context, t testing.TB, d *appsv1.Deployment) *served {
 	return s
 }
 
-// TestAgentUpgradeUnderTraffic (scenario 2): helm upgrade changes the
-// agents' configuration, so the DaemonSet replaces every agent, one node at
-// a time, while clients on every node send requests: none fails, and no
-// endpoint that was passing is ever withdrawn.
+// TestAgentUpgradeUnderTraffic (scenario 2): an upgrade across versions,
+// as docs/installing.md says: a new version is published to the registry
+// (images and chart), its CRD applied server-side, then helm upgrade
+// replaces every agent, one node at a time, and the controller replicas,
+// while clients on every node send requests: none fails, no endpoint that
+// was passing is ever withdrawn, and every pod runs the new version.
 func TestAgentUpgradeUnderTraffic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	s := serve(ctx, t, workload(testNamespace(t), "web", 3))
 	before := agentPods(ctx, t)
 	w := watchWithdrawals(ctx, t, s.ns, s.name)
+	// A new version of the release, pushed as a user would: its images
+	// (tagged and stamped with the version) and its chart, pinned to them.
+	version := fmt.Sprintf("0.1.1-upgrade.%d", upgrades.Add(1))
+	if out, err := cluster.Publish(ctx, version); err != nil {
+		t.Fatalf("publishing %s: %v\n%s", version, err, out)
+	}
 	ls := startLoops(ctx, s.url)
 	start := time.Now()
-	// A value no earlier run set, so that every agent is replaced.
-	out, err := cluster.InstallChart(ctx, true, "controller.replicas=2", fmt.Sprintf("agent.coalesce=%dms", 40+upgrades.Add(1)))
+	// As docs/installing.md says: the CRD first, then the release.
+	if err := cluster.ApplyCRDs(ctx); err != nil {
+		ls.stop()
+		t.Fatalf("applying the CRD of %s: %v", version, err)
+	}
+	out, err := cluster.InstallChart(ctx, true, "controller.replicas=2")
 	took := time.Since(start)
 	time.Sleep(2 * time.Second) // traffic after the last agent's start too
 	tally := ls.stop()
@@ -78,10 +90,21 @@ func TestAgentUpgradeUnderTraffic(t *testing.T) {
 		t.Fatalf("during the agents' rollout: %s; passing endpoints withdrawn: %v\nagents' logs:\n%s", tally, withdrawn,
 			cluster.PodLogs(realnode.ChartNamespace, "swh-agent-", 40))
 	}
-	report(t, "2 agent upgrade", tally, "helm upgrade --wait "+took.Round(100*time.Millisecond).String(), "0 endpoints withdrawn")
+	// Every binary runs the new version's image.
+	var pods corev1.PodList
+	if err := cluster.CP.Client.List(ctx, &pods, client.InNamespace(realnode.ChartNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Labels["app.kubernetes.io/version"] != version {
+			t.Errorf("pod %s is labelled version %q after the upgrade to %s", p.Name, p.Labels["app.kubernetes.io/version"], version)
+		}
+	}
+	report(t, "2 upgrade to "+version, tally, "CRD applied and helm upgrade --wait "+took.Round(100*time.Millisecond).String(), "0 endpoints withdrawn")
 }
 
-// upgrades counts the agent upgrades of the run (-count=N repeats them).
+// upgrades counts the upgrades of the run (-count=N repeats them): each
+// publishes a version of its own.
 var upgrades atomic.Int32
 
 // agentPods maps each node to the name of its agent pod.

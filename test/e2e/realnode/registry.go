@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -78,10 +79,21 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	}
 }
 
-// publish pushes the release there as a user would (hack/push.sh: the
+// Publish pushes a release there as a user would (hack/push.sh: the
 // images, for this machine's architecture only, and the chart pinned to
-// their digests), and returns its output.
-func (c *Cluster) publish(ctx context.Context, arch string) (string, error) {
+// their digests) as version (the chart's and the images'; the checkout's
+// when empty), makes it the version InstallChart installs, and returns the
+// script's output.
+func (c *Cluster) Publish(ctx context.Context, version string) (string, error) {
+	out, err := c.publish(ctx, runtime.GOARCH, version)
+	if err == nil && version != "" {
+		c.chartVersion = version
+	}
+	return out, err
+}
+
+// publish runs hack/push.sh for arch; version "" is the checkout's.
+func (c *Cluster) publish(ctx context.Context, arch, version string) (string, error) {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		return "", err
@@ -89,7 +101,11 @@ func (c *Cluster) publish(ctx context.Context, arch string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "push.sh"), RegistryRepo)
 	cmd.Dir = root
 	home := filepath.Join(c.dir, "helm-home")
-	cmd.Env = append(os.Environ(), "PLATFORMS=linux/"+arch, "PLAIN_HTTP=true",
+	cmd.Env = append(os.Environ(), "PLATFORMS=linux/"+arch, "PLAIN_HTTP=true")
+	if version != "" {
+		cmd.Env = append(cmd.Env, "VERSION="+version, "CHART_VERSION="+version)
+	}
+	cmd.Env = append(cmd.Env,
 		"HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"), "DOCKER_CONFIG="+filepath.Join(home, "docker"))
 	out, err := cmd.CombinedOutput()
