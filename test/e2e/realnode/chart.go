@@ -99,7 +99,7 @@ func (c *Cluster) ApplyCRDs(ctx context.Context) error {
 		}
 		applied++
 		o.SetManagedFields(nil)
-		if err := c.CP.Client.Patch(ctx, o, client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
+		if err := c.CP.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
 			return fmt.Errorf("applying %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
