@@ -78,7 +78,7 @@ push: ## Push the images (linux/amd64 and arm64) and the chart (OCI) to a regist
 	@hack/push.sh "$(REPO)"
 
 .PHONY: plugin-release
-plugin-release: ## Build kubectl-swh's release archives (linux, darwin, windows; amd64, arm64) and its krew manifest into _out/plugin.
+plugin-release: ## Build kubectl-swh's release archives (linux and darwin on amd64 and arm64, windows/amd64) and its krew manifest into _out/plugin.
 	@hack/plugin-release.sh _out/plugin
 
 ##@ Running

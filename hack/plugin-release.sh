@@ -12,7 +12,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 version=${VERSION:-$("$root/hack/modules.sh" version binaries)}
 version=v${version#v}
-platforms=${PLATFORMS:-linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64}
+# Comma- or space-separated, as hack/push.sh takes them.
+platforms=${PLATFORMS:-linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64}
+platforms=${platforms//,/ }
 # Where the release's archives are downloaded from: the GitHub release of
 # the binaries' tag.
 base_url=${RELEASE_URL:-https://github.com/swh-dev/swh/releases/download/controller%2F$version}
@@ -46,11 +48,14 @@ for platform in $platforms; do
   name="kubectl-swh_${version}_${os}_${arch}"
   mkdir -p "$work/$name"
   (cd "$root/controller" &&
-    CGO_ENABLED=0 GOOS=$os GOARCH=$arch GOWORK=off go build -trimpath \
+    CGO_ENABLED=0 GOOS=$os GOARCH=$arch GOWORK=off go build -trimpath -buildvcs=false \
       -ldflags="-s -w -buildid= -X github.com/swh-dev/swh/controller/internal/version.version=$version" \
       -o "$work/$name/$bin" ./cmd/kubectl-swh)
   cp "$root/LICENSE" "$work/$name/LICENSE"
-  # Fixed owners, modes and times, sorted names: the same bytes each time.
+  # Fixed owners, modes and times, sorted names, no VCS stamp in the
+  # binary: the same bytes on any machine, from a clone or a tarball.
+  chmod 0755 "$work/$name/$bin"
+  chmod 0644 "$work/$name/LICENSE"
   touch -d @0 "$work/$name/$bin" "$work/$name/LICENSE"
   tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$work/$name" -cf - LICENSE "$bin" |
     gzip -n > "$out/$name.tar.gz"

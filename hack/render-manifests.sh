@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Renders the Helm chart with its default values into the plain manifests
 # for `kubectl apply` (deploy/manifests/swh.yaml), with the swh-system
-# Namespace and the CRD, but without the eviction guard (its certificate is
-# generated at install time: a random one would make every rendering
-# differ). Run by `make generate`; `make verify` fails when the committed
-# file differs from a fresh rendering.
+# Namespace and the CRD, and without Helm's hooks (the uninstall's
+# hand-back would run at once). The eviction guard's certificate is not in
+# it: the controller makes it. Run by `make generate`; `make verify` fails
+# when the committed file differs from a fresh rendering.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -12,6 +12,23 @@ import (
 	"github.com/swh-dev/swh/endpoints"
 )
 
+// withSelector returns the Service selecting the resource's pods, still
+// the resource's; nil with ok when it selects them already. ok is false
+// when svc is not the resource's, or the resource selects nothing (the
+// built-in controller would publish nothing: its Service is left as it
+// is).
+func withSelector(svc *corev1.Service, swh *swhv1alpha1.ServiceWithHealthchecks) (out *corev1.Service, ok bool) {
+	if !metav1.IsControlledBy(svc, swh) || len(swh.Spec.Selector) == 0 {
+		return nil, false
+	}
+	if maps.Equal(svc.Spec.Selector, swh.Spec.Selector) {
+		return nil, true
+	}
+	out = svc.DeepCopy()
+	out.Spec.Selector = maps.Clone(swh.Spec.Selector)
+	return out, true
+}
+
 // handedBack returns the Service as a plain Service: without the
 // resource's owner reference and swh's label, selecting the resource's
 // pods. ok is false when svc is not the resource's (nothing to give back)
@@ -37,10 +54,12 @@ func handedBack(svc *corev1.Service, swh *swhv1alpha1.ServiceWithHealthchecks) (
 	return out, true
 }
 
-// uncovered returns, per port, the pods the agents' slices publish ready
-// that the built-in slices do not publish ready yet: while any is left,
-// deleting the agents' slices would take endpoints away.
-func uncovered(agents, builtin []discoveryv1.EndpointSlice) (map[string][]string, error) {
+// uncovered returns, per port, the pods of live (those that will receive
+// traffic once the Service is plain: not terminating, Ready) that the
+// agents' slices publish ready and the built-in slices do not publish
+// ready yet: while any is left, deleting the agents' slices would take
+// endpoints away.
+func uncovered(agents, builtin []discoveryv1.EndpointSlice, live map[string]bool) (map[string][]string, error) {
 	ready := map[string]map[string]bool{} // port -> pod -> ready in a built-in slice
 	for _, s := range builtin {
 		for _, p := range s.Ports {
@@ -64,7 +83,7 @@ func uncovered(agents, builtin []discoveryv1.EndpointSlice) (map[string][]string
 	}
 	missing := map[string][]string{}
 	for _, p := range published {
-		if !p.Ready || p.Pod == nil || ready[p.Port][p.Pod.Name] {
+		if !p.Ready || p.Pod == nil || !live[p.Pod.Name] || ready[p.Port][p.Pod.Name] {
 			continue
 		}
 		if !slices.Contains(missing[p.Port], p.Pod.Name) {

@@ -97,8 +97,11 @@ func (o *options) format() string { return *o.print.OutputFormat }
 // plugin's own tables. Called before reading anything, so that a wrong
 // -o fails at once.
 func (o *options) printer() (printers.ResourcePrinter, error) {
+	// --template without -o is a go-template, as in kubectl.
+	template := o.print.TemplatePrinterFlags != nil && o.print.TemplatePrinterFlags.TemplateArgument != nil &&
+		*o.print.TemplatePrinterFlags.TemplateArgument != ""
 	for _, f := range tableFormats {
-		if o.format() == f {
+		if o.format() == f && !(f == "" && template) {
 			return nil, nil
 		}
 	}

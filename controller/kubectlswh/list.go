@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,7 +66,7 @@ func (o *options) list(ctx context.Context, s *session, printer printers.Resourc
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	if printer != nil {
-		return printAs(printer, o.streams.Out, "StatusList", "", "", list)
+		return printList(printer, o.streams.Out, list)
 	}
 	if len(list.Items) == 0 && !o.noHeaders {
 		where := "in namespace " + s.namespace
@@ -125,4 +126,21 @@ func writeListTable(w io.Writer, list StatusList, opts tableOptions, allNamespac
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	return tw.Flush()
+}
+
+// printList prints the list through a cli-runtime printer as a list of
+// objects (kind StatusListEntry, each named after its resource), which
+// every printer takes, -o name included.
+func printList(p printers.ResourcePrinter, w io.Writer, list StatusList) error {
+	out := &unstructured.UnstructuredList{Object: map[string]any{}}
+	out.SetAPIVersion(OutputGroupVersion)
+	out.SetKind("StatusList")
+	for _, e := range list.Items {
+		obj, err := asObject("StatusListEntry", e.Namespace, e.Name, e)
+		if err != nil {
+			return err
+		}
+		out.Items = append(out.Items, *obj)
+	}
+	return p.PrintObj(out, w)
 }

@@ -154,13 +154,22 @@ func (o *options) completePods(cmd *cobra.Command, args []string, toComplete str
 // with v's fields: the printers print objects, which carry a kind, an
 // apiVersion and metadata (what -o name prints).
 func printAs(p printers.ResourcePrinter, w io.Writer, kind, namespace, name string, v any) error {
+	obj, err := asObject(kind, namespace, name, v)
+	if err != nil {
+		return err
+	}
+	return p.PrintObj(obj, w)
+}
+
+// asObject is v's fields as an object of kind, named namespace/name.
+func asObject(kind, namespace, name string, v any) (*unstructured.Unstructured, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		return fmt.Errorf("encoding the %s: %w", kind, err)
+		return nil, fmt.Errorf("encoding the %s: %w", kind, err)
 	}
 	obj := &unstructured.Unstructured{}
 	if err := json.Unmarshal(b, &obj.Object); err != nil {
-		return err
+		return nil, err
 	}
 	obj.SetAPIVersion(OutputGroupVersion)
 	obj.SetKind(kind)
@@ -168,7 +177,7 @@ func printAs(p printers.ResourcePrinter, w io.Writer, kind, namespace, name stri
 	if namespace != "" {
 		obj.SetNamespace(namespace)
 	}
-	return p.PrintObj(obj, w)
+	return obj, nil
 }
 
 // addNode reads the node of a pod the resource does not select, which

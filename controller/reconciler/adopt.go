@@ -96,7 +96,8 @@ func (r *Reconciler) deleteBuiltin(ctx context.Context, swh *swhv1alpha1.Service
 	// The Endpoints first: the mirroring controller would copy them again.
 	builtinEndpoints := err == nil && (ep.Labels[skipMirrorLabel] == "true" || ep.Labels[endpointsManagedByLabel] == endpointsController)
 	if builtinEndpoints {
-		if err := r.Client.Delete(ctx, ep); client.IgnoreNotFound(err) != nil {
+		// Preconditions: never an Endpoints object replaced since it was read.
+		if err := r.Client.Delete(ctx, ep, client.Preconditions{UID: &ep.UID, ResourceVersion: &ep.ResourceVersion}); client.IgnoreNotFound(err) != nil {
 			return 0, fmt.Errorf("deleting the Endpoints of %s/%s: %w", swh.Namespace, swh.Name, err)
 		}
 	}

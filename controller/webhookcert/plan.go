@@ -16,6 +16,10 @@ type planInput struct {
 	// trust the Secret's current CA (the first of its bundle); zero when
 	// it has not been.
 	trustedSince time.Time
+	// injected are the CAs the webhook configuration trusts now: a CA made
+	// afresh (the Secret lost, edited or corrupted) keeps them beside it,
+	// so that certificates other replicas still serve stay trusted.
+	injected []*x509.Certificate
 	settings
 }
 
@@ -68,7 +72,15 @@ func plan(in planInput) (decision, error) {
 		}
 		if leaf != nil {
 			trusted = append(trusted, signer(leaf.cert, bundle))
-		} else {
+		}
+		if ca == nil {
+			for _, c := range in.injected {
+				if c.IsCA && now.Before(c.NotAfter) && !containsCert(trusted, c) {
+					trusted = append(trusted, c)
+				}
+			}
+		}
+		if leaf == nil {
 			if leaf, err = newLeaf(now, next, in.hosts, in.certValidity); err != nil {
 				return decision{}, err
 			}
@@ -163,4 +175,13 @@ func sameData(a, b map[string][]byte) bool {
 		}
 	}
 	return true
+}
+
+func containsCert(bundle []*x509.Certificate, c *x509.Certificate) bool {
+	for _, b := range bundle {
+		if b.Equal(c) {
+			return true
+		}
+	}
+	return false
 }

@@ -220,15 +220,6 @@ func TestPlanLifetime(t *testing.T) {
 	}
 }
 
-func containsCert(bundle []*x509.Certificate, c *x509.Certificate) bool {
-	for _, b := range bundle {
-		if b.Equal(c) {
-			return true
-		}
-	}
-	return false
-}
-
 func mustCA(t *testing.T, data map[string][]byte) *issued {
 	t.Helper()
 	ca, err := parsePair(encodeBundle(parseCerts(data[KeyCABundle])[:1]), data[KeyCAKey])
@@ -244,4 +235,25 @@ func clone(m map[string][]byte) map[string][]byte {
 		out[k] = append([]byte(nil), v...)
 	}
 	return out
+}
+
+// TestPlanSecretLost: a Secret deleted (or emptied) under running replicas
+// makes a new CA, and keeps trusting what the webhook configuration
+// trusts, so the certificates the other replicas still serve stay valid.
+func TestPlanSecretLost(t *testing.T) {
+	s := testSettings
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	before := parseHeld(t, mustPlan(t, t0, nil, time.Time{}, s).data)
+	now := t0.Add(time.Minute)
+	d, err := plan(planInput{now: now, data: nil, injected: before.bundle, settings: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := parseHeld(t, d.data)
+	if len(after.bundle) != 2 || !after.bundle[1].Equal(before.bundle[0]) {
+		t.Fatalf("%d CAs after the Secret was lost, want the new one and the one injected", len(after.bundle))
+	}
+	if err := verifies(before.leaf, after.bundle, s.hosts, now); err != nil {
+		t.Errorf("the certificate other replicas serve is no longer trusted: %v", err)
+	}
 }

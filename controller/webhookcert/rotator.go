@@ -71,6 +71,10 @@ type Rotator struct {
 	// configuration was last seen to trust, and since when.
 	trustedCA    [sha256.Size]byte
 	trustedSince time.Time
+	// lastPass is when a pass last succeeded (UnixNano), for Ready.
+	lastPass atomic.Int64
+	// loggedMissing: the missing configuration was logged once.
+	loggedMissing bool
 }
 
 // New returns a Rotator that writes with c and reads from the API server
@@ -111,7 +115,12 @@ func (*Rotator) NeedLeaderElection() bool { return false }
 // Start implements manager.Runnable: a pass now, then whenever one is due.
 func (r *Rotator) Start(ctx context.Context) error {
 	for {
-		next, err := r.pass(ctx)
+		passCtx, cancel := context.WithTimeout(ctx, r.opts.CheckInterval)
+		next, err := r.pass(passCtx)
+		cancel()
+		if err == nil {
+			r.lastPass.Store(time.Now().UnixNano())
+		}
 		if err != nil {
 			log.FromContext(ctx).Error(err, "keeping the webhook certificate failed; retrying", "secret", r.opts.Secret.String())
 			next = retryAfterError
@@ -133,10 +142,16 @@ func (r *Rotator) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	return nil, errors.New("no webhook certificate yet")
 }
 
-// Ready is a readiness check: ready once a certificate is served.
+// Ready is a readiness check: ready once a certificate is served, and
+// while passes succeed. A replica whose passes fail may miss a new
+// certificate, and the old CA goes reload after one is issued: unready
+// before then, the API server stops calling it.
 func (r *Rotator) Ready(*http.Request) error {
 	if r.serving.Load() == nil {
 		return fmt.Errorf("no webhook certificate loaded from the Secret %s yet", r.opts.Secret)
+	}
+	if last := time.Unix(0, r.lastPass.Load()); time.Since(last) > r.set.settle+r.opts.CheckInterval {
+		return fmt.Errorf("the webhook certificate was last checked %s ago", time.Since(last).Round(time.Second))
 	}
 	return nil
 }
@@ -145,17 +160,21 @@ func (r *Rotator) Ready(*http.Request) error {
 // pass is due.
 func (r *Rotator) pass(ctx context.Context) (time.Duration, error) {
 	now := time.Now()
-	secret := &corev1.Secret{}
-	if err := r.reader.Get(ctx, r.opts.Secret, secret); apierrors.IsNotFound(err) {
-		secret = nil
-	} else if err != nil {
-		return 0, fmt.Errorf("reading the Secret %s: %w", r.opts.Secret, err)
-	}
+	// The configuration first: a bundle injected after it was read makes
+	// this pass's injection conflict, one injected before is from a Secret
+	// at least as new as the one read next, so no pass puts back an older
+	// bundle.
 	config := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 	if err := r.reader.Get(ctx, client.ObjectKey{Name: r.opts.WebhookConfiguration}, config); apierrors.IsNotFound(err) {
 		config = nil
 	} else if err != nil {
 		return 0, fmt.Errorf("reading the ValidatingWebhookConfiguration %s: %w", r.opts.WebhookConfiguration, err)
+	}
+	secret := &corev1.Secret{}
+	if err := r.reader.Get(ctx, r.opts.Secret, secret); apierrors.IsNotFound(err) {
+		secret = nil
+	} else if err != nil {
+		return 0, fmt.Errorf("reading the Secret %s: %w", r.opts.Secret, err)
 	}
 	var data map[string][]byte
 	if secret != nil {
@@ -163,9 +182,23 @@ func (r *Rotator) pass(ctx context.Context) (time.Duration, error) {
 	}
 	r.observeTrust(now, data, config)
 
-	d, err := plan(planInput{now: now, data: data, trustedSince: r.trustedSince, settings: r.set})
+	in := planInput{now: now, data: data, trustedSince: r.trustedSince, settings: r.set}
+	if config != nil {
+		for _, wh := range config.Webhooks {
+			in.injected = append(in.injected, parseCerts(wh.ClientConfig.CABundle)...)
+		}
+	} else if !r.loggedMissing {
+		log.FromContext(ctx).Info("the webhook configuration does not exist (yet): nothing to inject the CA into", "configuration", r.opts.WebhookConfiguration)
+		r.loggedMissing = true
+	}
+	d, err := plan(in)
 	if err != nil {
 		return 0, err
+	}
+	if d.data == nil && secret != nil && config != nil && !metav1.IsControlledBy(secret, config) && len(secret.OwnerReferences) == 0 {
+		// Made before the configuration existed: owned by it now, so that
+		// it goes with it.
+		d.data, d.why = secret.Data, "owned by the webhook configuration"
 	}
 	if d.data != nil {
 		if err := r.writeSecret(ctx, secret, config, d.data); err != nil {
@@ -238,10 +271,7 @@ func (r *Rotator) writeSecret(ctx context.Context, secret *corev1.Secret, config
 			Data: data,
 		}
 		if config != nil {
-			secret.OwnerReferences = []metav1.OwnerReference{{
-				APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration",
-				Name: config.Name, UID: config.UID,
-			}}
+			secret.OwnerReferences = []metav1.OwnerReference{ownerOf(config)}
 		}
 		if err := r.client.Create(ctx, secret); err != nil {
 			return fmt.Errorf("creating the Secret %s: %w", r.opts.Secret, err)
@@ -249,10 +279,20 @@ func (r *Rotator) writeSecret(ctx context.Context, secret *corev1.Secret, config
 		return nil
 	}
 	secret.Data = data
+	if config != nil && len(secret.OwnerReferences) == 0 {
+		secret.OwnerReferences = []metav1.OwnerReference{ownerOf(config)}
+	}
 	if err := r.client.Update(ctx, secret); err != nil {
 		return fmt.Errorf("updating the Secret %s: %w", r.opts.Secret, err)
 	}
 	return nil
+}
+
+// ownerOf is an owner reference to the webhook configuration (not a
+// controller reference: the garbage collector alone acts on it).
+func ownerOf(config *admissionregistrationv1.ValidatingWebhookConfiguration) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration",
+		Name: config.Name, UID: config.UID}
 }
 
 // inject sets bundle as the caBundle of every webhook of config.

@@ -109,8 +109,9 @@ func checkArchive(t *testing.T, data []byte) {
 			t.Fatal(err)
 		}
 		names[h.Name] = true
-		if h.Uid != 0 || h.Gid != 0 || h.ModTime.Unix() != 0 {
-			t.Errorf("%s: owner %d:%d, time %v; want 0:0 and the epoch (reproducible)", h.Name, h.Uid, h.Gid, h.ModTime)
+		wantMode := map[string]int64{"kubectl-swh": 0o755, "LICENSE": 0o644}[h.Name]
+		if h.Uid != 0 || h.Gid != 0 || h.ModTime.Unix() != 0 || h.Mode&0o777 != wantMode {
+			t.Errorf("%s: owner %d:%d, time %v, mode %o; want 0:0, the epoch and %o (reproducible)", h.Name, h.Uid, h.Gid, h.ModTime, h.Mode&0o777, wantMode)
 		}
 		f, err := os.OpenFile(filepath.Join(dir, filepath.Base(h.Name)), os.O_CREATE|os.O_WRONLY, os.FileMode(h.Mode))
 		if err != nil {

@@ -104,7 +104,8 @@ func handBack(args []string) {
 	fs := flag.NewFlagSet("swh-controller hand-back", flag.ExitOnError)
 	deployment := fs.String("controller-deployment", "", "<namespace>/<name> of the controller's Deployment, scaled to zero first; empty: none")
 	var opts handback.Options
-	fs.DurationVar(&opts.Timeout, "timeout", 2*time.Minute, "how long each wait lasts at most: the controller's pods stopping, the built-in slices of each Service listing its pods")
+	fs.StringVar(&opts.WebhookConfiguration, "webhook-configuration", "", "the eviction guard's ValidatingWebhookConfiguration, deleted first (it fails closed and no replica will answer it); empty: none")
+	fs.DurationVar(&opts.Timeout, "timeout", 2*time.Minute, "how long each of the two waits lasts at most: the controller's pods stopping, the built-in slices of every Service listing its pods")
 	_ = fs.Parse(args)
 	if *deployment != "" {
 		ns, name, ok := strings.Cut(*deployment, "/")

@@ -240,6 +240,20 @@ func TestKubectlSwh(t *testing.T) {
 	if !strings.Contains(all, "NAMESPACE") || !regexp.MustCompile(ns+`\s+shop\s`).MatchString(all) {
 		t.Errorf("status -A does not list %s/shop:\n%s", ns, all)
 	}
+	names, err := plugin(t, kubeconfig, agentNS, "status", "-n", ns, "-o", "name")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(names) != "statuslistentry.kubectl.swh.dev/shop" {
+		t.Errorf("status -o name printed %q", names)
+	}
+	templated, err := plugin(t, kubeconfig, agentNS, "status", "shop", "-n", ns, "--template", "{{.readyPods}}/{{.pods}}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if templated != "1/3" {
+		t.Errorf("--template without -o printed %q, want the go-template's 1/3", templated)
+	}
 	whyJSON, err := plugin(t, kubeconfig, agentNS, "why", "shop", "shop-a", "-n", ns, "-o", "json")
 	if err != nil {
 		t.Fatal(err)

@@ -265,8 +265,11 @@ func TestEvictionGuardCertManager(t *testing.T) {
 	if kind != "ClusterIssuer" || issuer != "corp" || len(harness.OfKind(objs, "Issuer")) > 0 {
 		t.Errorf("issuerRef %s/%s and %d Issuers: want ClusterIssuer corp and no Issuer of the chart's", kind, issuer, len(harness.OfKind(objs, "Issuer")))
 	}
-	if _, err := helmTemplate(t, "other", ns, "controller.evictionGuard.certificate.source=helm"); err == nil || !strings.Contains(err.Error(), "schema") {
-		t.Errorf("certificate.source=helm: %v, want the values schema to refuse it", err)
+	for _, set := range []string{"controller.evictionGuard.certificate.source=helm",
+		"controller.evictionGuard.certificate.source=cert-manager,controller.evictionGuard.certificate.certManager.issuerRef.kind=ClusterIssuer"} {
+		if _, err := helmTemplate(t, "other", ns, set); err == nil || !strings.Contains(err.Error(), "schema") {
+			t.Errorf("--set %s: %v, want the values schema to refuse it", set, err)
+		}
 	}
 }
 
