@@ -128,7 +128,7 @@ func Run(ctx context.Context, c client.Client, opts Options) error {
 		}
 		if !t.covered {
 			missing, _ := missingPods(ctx, c, t.swh)
-			errs = append(errs, fmt.Errorf("Service %s/%s: pods the built-in controller does not publish ready yet, by port: %v; the agents' slices are kept (run the hand-back again)",
+			errs = append(errs, fmt.Errorf("the Service %s/%s: pods the built-in controller does not publish ready yet, by port: %v; the agents' slices are kept (run the hand-back again)",
 				t.swh.Namespace, t.swh.Name, missing))
 			continue
 		}
