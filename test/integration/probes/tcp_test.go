@@ -138,7 +138,11 @@ func fullBacklog(t *testing.T, host string) probes.Target {
 
 // TestTCPProbeLeavesNoTimeWait checks why the prober closes with a reset: a
 // client's normal close leaves one TIME_WAIT socket per connection on the
-// client (the prober), a probe leaves none.
+// client (the prober), a probe leaves none. "About one": with
+// net.ipv4.tcp_tw_reuse (2, its default, for traffic on the loopback device,
+// which local pod addresses use) the kernel may hand a later connection of
+// the loop the port of an earlier one in TIME_WAIT, which then counts once
+// for two (49 of 50 seen in CI).
 func TestTCPProbeLeavesNoTimeWait(t *testing.T) {
 	harness.RequireNetworkSandbox(t)
 	const n = 50
@@ -146,18 +150,19 @@ func TestTCPProbeLeavesNoTimeWait(t *testing.T) {
 	tests := []struct {
 		name    string
 		connect func(t *testing.T, tgt probes.Target)
-		want    int
+		// want, at least and at most, TIME_WAIT sockets after n connections.
+		atLeast, atMost int
 	}{
 		{"probe", func(t *testing.T, tgt probes.Target) {
 			check(t, probe(p, tgt, probeTimeout), probes.Success, probes.ReasonOK)
-		}, 0},
+		}, 0, 0},
 		{"plain close", func(t *testing.T, tgt probes.Target) {
 			c, err := net.DialTimeout("tcp", tgt.Addr(), probeTimeout)
 			if err != nil {
 				t.Fatal(err)
 			}
 			_ = c.Close()
-		}, n},
+		}, n * 9 / 10, n},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,8 +182,8 @@ func TestTCPProbeLeavesNoTimeWait(t *testing.T) {
 				return nil
 			})
 			harness.Eventually(t, 5*time.Second, "TIME_WAIT sockets settle", func() error {
-				if got := newTimeWaits(t, tgt, before); got != tt.want {
-					return fmt.Errorf("%d TIME_WAIT sockets to %s, want %d", got, tgt, tt.want)
+				if got := newTimeWaits(t, tgt, before); got < tt.atLeast || got > tt.atMost {
+					return fmt.Errorf("%d TIME_WAIT sockets to %s, want %d to %d", got, tgt, tt.atLeast, tt.atMost)
 				}
 				return nil
 			})
