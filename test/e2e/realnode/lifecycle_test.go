@@ -2,6 +2,7 @@ package realnode_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -176,14 +177,30 @@ func TestControllerFailover(t *testing.T) {
 // leaseHolder returns the controller's Lease holder (POD_UID).
 func leaseHolder(ctx context.Context, t testing.TB) string {
 	t.Helper()
-	var lease coordinationv1.Lease
-	if err := cluster.CP.Client.Get(ctx, types.NamespacedName{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &lease); err != nil {
-		t.Fatalf("the controller's Lease: %v", err)
-	}
-	if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-		t.Fatal("the controller's Lease has no holder")
-	}
-	return *lease.Spec.HolderIdentity
+	// A rollout just before (the upgrade replaces the controller replicas)
+	// leaves the Lease released by the old leader, or held by a pod being
+	// deleted, until a new replica takes it: wait for a live holder.
+	var holder string
+	harness.Eventually(t, convergeTimeout, "the controller's Lease held by a running replica", func() error {
+		var lease coordinationv1.Lease
+		if err := cluster.CP.Client.Get(ctx, types.NamespacedName{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &lease); err != nil {
+			return fmt.Errorf("the controller's Lease: %w", err)
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return errors.New("the controller's Lease has no holder")
+		}
+		holder = *lease.Spec.HolderIdentity
+		pod := &corev1.Pod{}
+		name := strings.SplitN(holder, "_", 2)[0]
+		if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: name}, pod); err != nil {
+			return fmt.Errorf("the holder %s: %w", holder, err)
+		}
+		if pod.DeletionTimestamp != nil {
+			return fmt.Errorf("the holder %s is being deleted", holder)
+		}
+		return nil
+	})
+	return holder
 }
 
 // TestRollingUpdate (scenario 4): a rolling update of the workload, whose
