@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -65,12 +66,25 @@ func TestGuardAnswersThroughCertificateRotation(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = controlPlane.Client.Delete(context.Background(), config) })
 
+	// The replica stands by for a Lease held by nobody that runs, for an
+	// hour: it serves the webhook (every replica does) and never leads, so
+	// it neither reconciles nor joins the suite's own election (taking the
+	// suite's Lease and then stopping would leave the other tests without
+	// a leader for a while).
+	now := metav1.NewMicroTime(time.Now())
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "swh-rotation-standby-" + k.ns},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("nobody"), LeaseDurationSeconds: ptr.To[int32](3600), AcquireTime: &now, RenewTime: &now},
+	}
+	if err := controlPlane.Client.Create(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = controlPlane.Client.Delete(context.Background(), lease) })
 	cfg := rest.CopyConfig(controlPlane.Config)
 	cfg.QPS, cfg.Burst = 50, 100
 	mgr, err := controllerapp.NewManager(cfg, controllerapp.Options{
 		MetricsAddr: "0", HealthAddr: "0", Registry: prometheus.NewRegistry(), SkipNameValidation: true,
-		// A standby of the suite's replicas: it serves, the leader reconciles.
-		LeaderElection: true, LeaderElectionNamespace: "default", LeaderElectionID: "swh-disruption-suite",
+		LeaderElection: true, LeaderElectionNamespace: "default", LeaderElectionID: lease.Name,
 		WebhookHost: "127.0.0.1", WebhookPort: port, ReservationTimeout: reservationTimeout,
 		WebhookCert: &webhookcert.Options{
 			Secret: secretKey, WebhookConfiguration: configName, Hosts: []string{"127.0.0.1"},
