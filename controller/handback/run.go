@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kwait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -352,24 +353,16 @@ func deleteNamed(ctx context.Context, c client.Client, list client.ObjectList, n
 	return nil
 }
 
-// wait polls done until it is true, fails, or the timeout passes.
+// wait polls done (apimachinery's wait) until it is true, fails, or the
+// timeout passes.
 func wait(ctx context.Context, opts Options, what string, done func() (bool, error)) error {
-	deadline := time.Now().Add(opts.Timeout)
-	for {
-		ok, err := done()
-		if err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("waiting for %s: not done after %s", what, opts.Timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(opts.Poll):
-		}
+	err := kwait.PollUntilContextTimeout(ctx, opts.Poll, opts.Timeout, true, func(context.Context) (bool, error) { return done() })
+	switch {
+	case err == nil:
+		return nil
+	case kwait.Interrupted(err) && ctx.Err() == nil:
+		return fmt.Errorf("waiting for %s: not done after %s", what, opts.Timeout)
+	default:
+		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
 }
