@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -59,6 +60,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the Service selector: %w", err)
 	}
+	exclusiveLeases, err := labels.NewRequirement(swhv1alpha1.LabelExclusiveLease, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building the Lease selector: %w", err)
+	}
 	ownSlices := labels.SelectorFromSet(labels.Set{
 		discoveryv1.LabelManagedBy: endpoints.DefaultManagedBy,
 		endpoints.DefaultNodeLabel: endpoints.NodeLabelValue(opts.NodeName),
@@ -77,6 +82,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			&corev1.Node{}:               {Field: fields.OneTermEqualSelector("metadata.name", opts.NodeName)},
 			&discoveryv1.EndpointSlice{}: {Label: ownSlices},
 			&corev1.Service{}:            {Label: labels.NewSelector().Add(*childServices)},
+			// The exclusive ports' Leases only, never the cluster's others.
+			&coordinationv1.Lease{}: {Label: labels.NewSelector().Add(*exclusiveLeases)},
 		}},
 	})
 	if err != nil {

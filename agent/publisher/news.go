@@ -164,7 +164,7 @@ func endpointNews(before, after map[podPort]endpointState, why notReadyReasons) 
 		var news bool
 		switch {
 		case !seen:
-			news = c.kind == causeFailure && c.reason != codePodNotReady
+			news = c.kind == causeFailure && c.reason != codePodNotReady || c.kind == causeStandby
 		case was.ready:
 			news = true
 		case c.kind == causeStart:

@@ -3,7 +3,9 @@ package publisher
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -11,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/swh-dev/swh/endpoints"
 	"github.com/swh-dev/swh/probes"
 )
 
@@ -47,6 +50,8 @@ type Publisher struct {
 	verdictFlips *flipQueue
 	// gateWritten holds readiness gate writes the cache may not show yet.
 	gateWritten gateMemory
+	// holds are the exclusive ports' Leases the node holds.
+	holds leaseHolds
 }
 
 // notify asks for a reconcile of a resource after a verdict flipped.
@@ -56,8 +61,10 @@ func (p *Publisher) notify(key types.NamespacedName) { p.verdictFlips.add(key) }
 // the pods of the node, then writes the slices that changed: read what
 // the resource, its Service, the node, the pods and the slices are; sync
 // the probe targets; turn the probes' state into verdicts per pod and
-// port; plan and write the slices; emit, in one place, the events the
-// stages returned; sync the readiness gates.
+// port; let one pod of the cluster at most pass each exclusive port
+// (exclusive.go); plan and write the slices, then free the exclusive
+// ports' Leases the node no longer publishes from; emit, in one place, the
+// events the stages returned; sync the readiness gates.
 func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	view, err := p.read(ctx, req.NamespacedName)
 	if err != nil || view == nil {
@@ -70,15 +77,32 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	})
 	evs := p.tlsConflictEvents(view.swh)
 	verdicts, why := p.verdicts(view)
-	published, publishErr := p.publish(ctx, view, verdicts, why)
-	p.emit(ctx, view.swh, append(evs, published...))
+	held := p.exclusive(ctx, view, verdicts, why)
+	published, publishErr := p.publishHeld(ctx, view, verdicts, why, held.validUntil)
+	if publishErr == nil {
+		// Only once the slices no longer publish the node's pod there.
+		publishErr = p.release(ctx, held.release)
+	}
+	p.emit(ctx, view.swh, slices.Concat(evs, held.events, published))
 	// The gates do not wait on the slices: a refused slice write must not
 	// hold a rollout's pods back.
 	if err := errors.Join(publishErr, p.syncGates(ctx, view)); err != nil {
 		return ctrl.Result{}, errors.Join(err, targetsErr)
 	}
 	// The targets that could start are published; the others are retried.
-	return ctrl.Result{}, targetsErr
+	return ctrl.Result{RequeueAfter: held.requeue}, targetsErr
+}
+
+// publishHeld is publish, bounded by the validity of the exclusive ports'
+// Leases it publishes from (none: validUntil is zero): a write that would
+// land after the node may have lost a Lease is abandoned.
+func (p *Publisher) publishHeld(ctx context.Context, view *resourceView, verdicts []endpoints.PodVerdicts, why notReadyReasons, validUntil time.Time) ([]event, error) {
+	if validUntil.IsZero() {
+		return p.publish(ctx, view, verdicts, why)
+	}
+	bounded, cancel := context.WithDeadline(ctx, validUntil)
+	defer cancel()
+	return p.publish(bounded, view, verdicts, why)
 }
 
 // forget stops a resource's targets and drops everything the publisher
@@ -90,4 +114,5 @@ func (p *Publisher) forget(key types.NamespacedName) {
 	p.removeTargets(key, nil)
 	p.takenSliceNames.forget(key)
 	p.told.forget(key)
+	p.holds.forget(key.Namespace, key.Name)
 }

@@ -7,7 +7,9 @@ package publisher
 // reference (Role swh-agent-secrets), and the agent reads them by name.
 // pods/status: patch only, for the readiness gate condition (a strategic
 // merge patch of that one condition; an admission policy confines it to
-// that condition on its own node's pods).
+// that condition on its own node's pods). Leases: update only, for the
+// exclusive ports' Leases the controller creates (an admission policy
+// confines it to those, held by its own node or free).
 //
 // +kubebuilder:rbac:groups=network.swh.dev,resources=servicewithhealthchecks,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch
@@ -16,3 +18,4 @@ package publisher
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;update

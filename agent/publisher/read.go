@@ -31,6 +31,8 @@ type resourceView struct {
 	service   endpoints.Service
 	grouping  *endpoints.Grouping
 	portNames []string
+	// exclusive are the resource's exclusive ports and their Leases.
+	exclusive []exclusivePort
 }
 
 // read gathers the view of a resource. It returns nil, and nothing to do,
@@ -85,6 +87,9 @@ func (p *Publisher) read(ctx context.Context, key types.NamespacedName) (*resour
 	view.portNames = make([]string, len(view.service.Ports))
 	for i, port := range view.service.Ports {
 		view.portNames[i] = port.Name
+	}
+	if err := p.readExclusive(ctx, view); err != nil {
+		return nil, err
 	}
 	return view, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/time/rate"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -194,6 +195,13 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 	})
+	byLeaseOwner := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		name := obj.GetLabels()[swhv1alpha1.LabelExclusiveLease]
+		if name == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
+	})
 	sameName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKeyFromObject(obj)}}
 	})
@@ -215,6 +223,7 @@ func (p *Publisher) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&discoveryv1.EndpointSlice{}, bySliceOwner).
 		Watches(&corev1.Service{}, sameName).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(p.allResources)).
+		Watches(&coordinationv1.Lease{}, byLeaseOwner).
 		WatchesRawSource(p.verdictFlips.source()).
 		WithOptions(copts).
 		Complete(p)

@@ -52,6 +52,9 @@ const (
 	causeStart
 	// causeTerminating: the pod is being deleted and serves while it passes.
 	causeTerminating
+	// causeStandby: the pod passes an exclusive port that another pod
+	// holds (or that cannot be held yet). News, but no Warning.
+	causeStandby
 )
 
 // codePodNotReady is the cause of a port that follows pod readiness.

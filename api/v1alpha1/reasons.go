@@ -92,6 +92,16 @@ const (
 	ReasonNoTargetPort = "no-target-port"
 	// ReasonNodeNotReady: the node is not Ready, so nothing on it passes.
 	ReasonNodeNotReady = "node-not-ready"
+	// ReasonExclusiveStandby: the port is exclusive and another pod holds
+	// it; this one passes and stands by.
+	ReasonExclusiveStandby = "exclusive-standby"
+	// ReasonExclusiveHandover: this pod's agent holds the exclusive port's
+	// Lease and waits for another node's endpoint to be withdrawn.
+	ReasonExclusiveHandover = "exclusive-handover"
+	// ReasonExclusiveNoLease: the exclusive port's Lease cannot be held:
+	// the controller has not created it yet, or the agent failed to renew
+	// it in time.
+	ReasonExclusiveNoLease = "exclusive-no-lease"
 )
 
 // Reasons of the events the eviction guard records on a resource.
@@ -132,4 +142,28 @@ const (
 	// so the controller withdrew the resource's endpoints on it (the
 	// endpoint reason is then ReasonNodeNotReady, node-not-ready).
 	EventReasonNodeNotReady = "NodeNotReady"
+	// EventReasonExclusivePortHeld (Normal, agent): a node's agent took
+	// an exclusive port's Lease, or moved it to another pod of its node.
+	EventReasonExclusivePortHeld = "ExclusivePortHeld"
+	// EventReasonExclusiveLeaseExpired (Warning, controller): the holder
+	// of an exclusive port stopped renewing its Lease; the controller
+	// withdrew its endpoint and freed the Lease.
+	EventReasonExclusiveLeaseExpired = "ExclusiveLeaseExpired"
+	// EventReasonExclusiveEndpointWithdrawn (Warning, controller): a node
+	// that does not hold an exclusive port published a pod ready on it;
+	// the controller withdrew it.
+	EventReasonExclusiveEndpointWithdrawn = "ExclusiveEndpointWithdrawn"
+)
+
+// Condition ExclusivePortsHeld and its reasons, on resources with
+// spec.exclusive.
+const (
+	// ConditionExclusivePortsHeld is True when a pod holds every
+	// exclusive port.
+	ConditionExclusivePortsHeld = "ExclusivePortsHeld"
+	// ReasonHeld (True): every exclusive port has a holder.
+	ReasonHeld = "Held"
+	// ReasonNotHeld (False): some exclusive port has no holder, so no
+	// pod is ready on it.
+	ReasonNotHeld = "NotHeld"
 )

@@ -23,6 +23,8 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.sessionAffinityConfig) || self.sessionAffinity == 'ClientIP'",message="spec.sessionAffinityConfig may only be set when spec.sessionAffinity is ClientIP",fieldPath=.sessionAffinityConfig
 // +kubebuilder:validation:XValidation:rule="!has(self.loadBalancerIP) || self.type == 'LoadBalancer'",message="spec.loadBalancerIP may only be set when spec.type is LoadBalancer",fieldPath=.loadBalancerIP
 // +kubebuilder:validation:XValidation:rule="!has(self.disruptionBudget) || !has(self.disruptionBudget.ports) || self.disruptionBudget.ports.all(n, self.ports.exists(p, has(p.name) && p.name == n))",message="spec.disruptionBudget.ports[] must name ports of spec.ports",fieldPath=.disruptionBudget.ports
+// +kubebuilder:validation:XValidation:rule="!has(self.exclusive) || !has(self.exclusive.ports) || self.exclusive.ports.all(n, self.ports.exists(p, has(p.name) && p.name == n))",message="spec.exclusive.ports[] must name ports of spec.ports",fieldPath=.exclusive.ports
+// +kubebuilder:validation:XValidation:rule="!has(self.exclusive) || !has(self.publishNotReadyAddresses) || !self.publishNotReadyAddresses",message="spec.exclusive cannot be set with spec.publishNotReadyAddresses, which publishes every pod ready",fieldPath=.exclusive
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterIPs) || self.clusterIPs.size() == 0 || !has(self.clusterIP) || self.clusterIPs[0] == self.clusterIP",message="spec.clusterIPs[0] must equal spec.clusterIP",fieldPath=.clusterIPs
 type ServiceWithHealthchecksSpec struct {
 	// Ports are the ports the Service exposes. Each one gets its own
@@ -159,6 +161,13 @@ type ServiceWithHealthchecksSpec struct {
 	// leave fewer pods passing their probes than the budget requires.
 	// +optional
 	DisruptionBudget *DisruptionBudget `json:"disruptionBudget,omitempty"`
+
+	// Exclusive, when set, publishes at most one pod ready on its ports
+	// across the cluster: the one whose agent holds the port's Lease. For
+	// a database's write port, so that two pods that both claim to be the
+	// primary never both receive writes.
+	// +optional
+	Exclusive *Exclusive `json:"exclusive,omitempty"`
 
 	// ReadinessGate configures the condition the agents write for pods that
 	// declare this resource's readiness gate (see

@@ -50,7 +50,9 @@ type ServiceWithHealthchecksStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions tell whether the child Service is in sync with the spec
-	// (ServiceSynced) and whether any endpoint is ready (EndpointsAvailable).
+	// (ServiceSynced), whether any endpoint is ready (EndpointsAvailable)
+	// and, with spec.exclusive, whether every exclusive port has a holder
+	// (ExclusivePortsHeld).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -115,6 +117,13 @@ type PortStatus struct {
 	ReadyEndpoints int32 `json:"readyEndpoints"`
 	// TotalEndpoints is the number of pods published on this port in any state.
 	TotalEndpoints int32 `json:"totalEndpoints"`
+	// Holder is the pod that holds the port when it is exclusive; empty
+	// when none does.
+	// +optional
+	Holder string `json:"holder,omitempty"`
+	// HolderNode is the node of Holder.
+	// +optional
+	HolderNode string `json:"holderNode,omitempty"`
 }
 
 // LabelService marks the Service the controller keeps for a resource; its

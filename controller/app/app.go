@@ -1,6 +1,6 @@
 // Package app assembles swh-controller: a controller-runtime manager with
 // leader election, health endpoints, metrics and the reconcilers (the
-// resources' Services, node health, the agents' access). The binary
+// resources' Services, node health, the agents' access, exclusive ports). The binary
 // and the tests both start the controller through Run.
 package app
 
@@ -13,10 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -31,6 +33,7 @@ import (
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/controller/access"
 	"github.com/swh-dev/swh/controller/disruption"
+	"github.com/swh-dev/swh/controller/exclusive"
 	"github.com/swh-dev/swh/controller/nodehealth"
 	"github.com/swh-dev/swh/controller/reconciler"
 	"github.com/swh-dev/swh/controller/webhookcert"
@@ -120,6 +123,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// Nodes, typed (the node health controller) and metadata-only (the
 	// reconciler): only what they read.
 	byObject[&corev1.Node{}] = cache.ByObject{Transform: trimNode}
+	// The exclusive ports' Leases, never the cluster's others.
+	exclusiveLeases, err := labels.NewRequirement(swhv1alpha1.LabelExclusiveLease, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building the Lease selector: %w", err)
+	}
+	byObject[&coordinationv1.Lease{}] = cache.ByObject{Label: labels.NewSelector().Add(*exclusiveLeases)}
 	if opts.AgentServiceAccount.Name != "" {
 		// The agents' pods, whose readiness says a node's verdicts are
 		// current (the eviction guard); never the cluster's other pods.
@@ -184,6 +193,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	if err := stale.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the stale slice collector: %w", err)
+	}
+	x := &exclusive.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner),
+		SkipNameValidation: opts.SkipNameValidation}
+	if err := x.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("registering the exclusive ports' reconciler: %w", err)
 	}
 	nm, err := nodehealth.NewMetrics(registry)
 	if err != nil {

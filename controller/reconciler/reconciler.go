@@ -119,8 +119,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			return ctrl.Result{}, err
 		}
 	}
+	leases, err := exclusiveLeases(ctx, r.Client, swh)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	r.eventOnTransition(swh, cond)
-	res, err := r.writeStatus(ctx, swh, computeStatus(swh, svc, published, cond))
+	res, err := r.writeStatus(ctx, swh, withExclusive(computeStatus(swh, svc, published, cond), swh, leases, published))
 	if err == nil && res.RequeueAfter == 0 {
 		res.RequeueAfter = requeue
 	}

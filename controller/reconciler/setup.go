@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,7 +23,8 @@ type SetupOptions struct {
 // of a resource's spec, labels or annotations (not its status, which the
 // reconciler writes itself), any Service of the same name (so a conflicting
 // Service that goes away is replaced), the agents' slices of the resource
-// (whose deletion by StaleSlices changes the status), and the rechecks the
+// (whose deletion by StaleSlices changes the status), the exclusive
+// ports' Leases (whose holder the status shows), and the rechecks the
 // reconciler schedules itself.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error {
 	if opts.MaxConcurrentReconciles == 0 {
@@ -36,6 +38,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, opts SetupOptions) error
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(sameName)).
 		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(sliceOwner)).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(leaseOwner)).
 		WatchesRawSource(r.later.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: opts.MaxConcurrentReconciles}).
 		Complete(r)
