@@ -38,8 +38,8 @@ func registryLabels() map[string]string {
 func installAgentPolicies(t *testing.T) {
 	t.Helper()
 	policies := harness.OfKind(renderChart(t, "swh", namespace, ""), "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
-	if len(policies) != 6 {
-		t.Fatalf("the chart renders %d admission policies and bindings by default, want 3 of each", len(policies))
+	if len(policies) != 10 {
+		t.Fatalf("the chart renders %d admission policies and bindings by default, want 5 of each", len(policies))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

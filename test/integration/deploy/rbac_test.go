@@ -128,6 +128,13 @@ var needs = map[string][]access{
 		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
 		{verb: "create", resource: "events", namespace: namespace},
 		{verb: "patch", resource: "events", namespace: namespace},
+		// The exclusive ports' Leases, in every namespace (an admission
+		// policy confines the writes to those: TestLeasePolicies).
+		{verb: "list", group: "coordination.k8s.io", resource: "leases"},
+		{verb: "watch", group: "coordination.k8s.io", resource: "leases"},
+		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: appNS},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: appNS, name: "swh.db.write"},
+		{verb: "delete", group: "coordination.k8s.io", resource: "leases", namespace: appNS, name: "swh.db.write"},
 		// The eviction guard's certificate (webhookcert): its Secret in its
 		// own namespace, and the caBundle of its webhook configuration.
 		{verb: "get", resource: "secrets", namespace: namespace, name: "swh-webhook"},
@@ -164,6 +171,12 @@ var needs = map[string][]access{
 		// Events about the resources.
 		{verb: "create", group: "events.k8s.io", resource: "events", namespace: appNS},
 		{verb: "patch", group: "events.k8s.io", resource: "events", namespace: appNS},
+		// The exclusive ports' Leases: cached, held (an admission policy
+		// confines the updates to those: TestLeasePolicies).
+		{verb: "list", group: "coordination.k8s.io", resource: "leases"},
+		{verb: "watch", group: "coordination.k8s.io", resource: "leases"},
+		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: appNS, name: "swh.db.write"},
+		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: appNS, name: "swh.db.write"},
 	},
 }
 
@@ -216,9 +229,8 @@ var mustNot = map[string][]access{
 		{verb: "create", group: swhGroup, resource: swhRes, namespace: appNS},
 		{verb: "update", group: swhGroup, resource: swhRes, namespace: appNS},
 		{verb: "delete", group: swhGroup, resource: swhRes, namespace: appNS},
-		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-controller-manager"},
-		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-controller-manager"},
-		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: appNS},
+		{verb: "patch", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-controller-manager"},
+		{verb: "deletecollection", group: "coordination.k8s.io", resource: "leases", namespace: appNS},
 		{verb: "create", resource: "events", namespace: appNS},
 		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace, name: controllerSA},
 		{verb: "create", group: "rbac.authorization.k8s.io", resource: "clusterrolebindings"},
@@ -265,8 +277,10 @@ var mustNot = map[string][]access{
 		{verb: "patch", resource: "nodes", subresource: "status", name: "node-a"},
 		{verb: "create", resource: "endpoints", namespace: appNS},
 		{verb: "deletecollection", group: "discovery.k8s.io", resource: "endpointslices", namespace: appNS},
-		{verb: "get", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
-		{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: namespace, name: "swh-controller"},
+		// Leases are updated, never created, deleted or patched.
+		{verb: "create", group: "coordination.k8s.io", resource: "leases", namespace: appNS},
+		{verb: "delete", group: "coordination.k8s.io", resource: "leases", namespace: appNS, name: "swh.db.write"},
+		{verb: "patch", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-controller-manager"},
 		{verb: "create", resource: "events", namespace: appNS},
 		{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: namespace, name: agentSA},
 		{verb: "create", group: "rbac.authorization.k8s.io", resource: "rolebindings", namespace: namespace},
