@@ -143,8 +143,12 @@ func TestLeasePolicies(t *testing.T) {
 		name:  "controller creates an exclusive port's Lease",
 		write: func() error { return controller.Create(ctx, lease(ns, "swh.db.new", "db", ""), client.DryRunAll) },
 	}, {
-		name:  "controller frees another node's exclusive Lease",
-		write: func() error { l := get("swh.db.other"); l.Spec.HolderIdentity = nil; return controller.Update(ctx, l, client.DryRunAll) },
+		name: "controller frees another node's exclusive Lease",
+		write: func() error {
+			l := get("swh.db.other")
+			l.Spec.HolderIdentity = nil
+			return controller.Update(ctx, l, client.DryRunAll)
+		},
 	}, {
 		name:  "controller creates another Lease",
 		write: func() error { return controller.Create(ctx, lease(ns, "app-leader", "", "x"), client.DryRunAll) },
