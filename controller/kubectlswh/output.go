@@ -63,6 +63,11 @@ func writeStatusTable(w io.Writer, st Status, opts tableOptions, now time.Time) 
 	if opts.noHeaders {
 		return nil // rows only, for scripts
 	}
+	for _, p := range st.Ports {
+		if p.Exclusive {
+			fmt.Fprintf(w, "port %s is exclusive: held by %s\n", portName(p), dashNone(p.Holder))
+		}
+	}
 	for _, n := range st.Nodes {
 		if n.Note != "" {
 			fmt.Fprintf(w, "node %s: %s\n", n.Name, n.Note)
@@ -129,6 +134,14 @@ func sentence(s string) string {
 	s = strings.ToUpper(s[:1]) + s[1:]
 	if !strings.HasSuffix(s, ".") {
 		s += "."
+	}
+	return s
+}
+
+// dashNone is s, or "no pod" when it is empty.
+func dashNone(s string) string {
+	if s == "" {
+		return "no pod"
 	}
 	return s
 }

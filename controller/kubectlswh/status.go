@@ -33,6 +33,11 @@ type PortStatus struct {
 	Port      int32            `json:"port"`
 	Ready     int              `json:"ready"`
 	Endpoints []EndpointStatus `json:"endpoints"`
+	// Exclusive is set for a port of spec.exclusive; Holder then names
+	// the pod that holds it and its node, as the status says ("" for
+	// none).
+	Exclusive bool   `json:"exclusive,omitempty"`
+	Holder    string `json:"holder,omitempty"`
 }
 
 // EndpointStatus is one pod on one port, as published.
@@ -110,7 +115,12 @@ func BuildStatus(s *Snapshot) Status {
 		readyEverywhere[s.Pods[i].Name] = true
 	}
 	for _, port := range s.ports() {
-		ps := PortStatus{Name: port.Name, Port: port.Port, Endpoints: []EndpointStatus{}}
+		ps := PortStatus{Name: port.Name, Port: port.Port, Endpoints: []EndpointStatus{}, Exclusive: s.Resource.Spec.IsExclusive(port.Name)}
+		for _, ported := range s.Resource.Status.Ports {
+			if ps.Exclusive && ported.Name == port.Name && ported.Holder != "" {
+				ps.Holder = ported.Holder + " on node " + ported.HolderNode
+			}
+		}
 		for i := range s.Pods {
 			pod := &s.Pods[i]
 			ep := s.endpoint(pod, port.Name, probeNames)

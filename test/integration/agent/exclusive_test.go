@@ -216,6 +216,7 @@ func TestExclusivePortNeverRoutesTwoPrimaries(t *testing.T) {
 	holder, other := holderOf(t, x)
 	waitReason(t, ns, "db", other, swhv1alpha1.ReasonExclusiveStandby)
 	waitHolderStatus(t, ns, "db", holder)
+	checkPluginShowsHolder(t, ns, holder, other)
 
 	var failovers []time.Duration
 	for i := range episodes(t, 6) {
@@ -288,4 +289,21 @@ func waitHolderStatus(t *testing.T, ns, name, pod string) {
 		}
 		return fmt.Errorf("status %+v", swh.Status)
 	})
+}
+
+// checkPluginShowsHolder runs kubectl swh status: port write is exclusive,
+// held by holder, and other stands by with its reason.
+func checkPluginShowsHolder(t *testing.T, ns, holder, other string) {
+	t.Helper()
+	st, err := pluginStatus(t, operatorKubeconfig(t, ""), namespace(t), ns, "db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Ports) != 1 || !st.Ports[0].Exclusive || !strings.HasPrefix(st.Ports[0].Holder, holder+" on node ") {
+		t.Fatalf("kubectl swh status ports: %+v, want write exclusive and held by %s", st.Ports, holder)
+	}
+	ep, ok := endpointOf(st, "write", other)
+	if !ok || ep.Ready || ep.Reason == nil || ep.Reason.Reason != swhv1alpha1.ReasonExclusiveStandby || !strings.Contains(ep.Reason.Message, holder) {
+		t.Fatalf("kubectl swh status of %s: %+v, want not ready, standing by for %s", other, ep, holder)
+	}
 }
