@@ -83,6 +83,9 @@ var invalidCases = []invalidCase{
 	{name: "maxUnavailable above 100%", spec: okPorts + "disruptionBudget: {maxUnavailable: \"150%\"}\n", field: "spec.disruptionBudget.maxUnavailable"},
 	{name: "maxUnavailable not a percentage", spec: okPorts + "disruptionBudget: {maxUnavailable: half}\n", field: "spec.disruptionBudget.maxUnavailable"},
 	{name: "budget port that does not exist", spec: "ports: [{name: client, port: 9092}]\nselector: {app: x}\ndisruptionBudget: {maxUnavailable: 1, ports: [replication]}\n", field: "spec.disruptionBudget.ports", message: "must name ports of spec.ports"},
+	{name: "exclusive port that does not exist", spec: "ports: [{name: write, port: 5432}]\nselector: {app: x}\nexclusive: {ports: [read]}\n", field: "spec.exclusive.ports", message: "must name ports of spec.ports"},
+	{name: "exclusive with publishNotReadyAddresses", spec: okPorts + "publishNotReadyAddresses: true\nexclusive: {}\n", field: "spec.exclusive", message: "publishNotReadyAddresses"},
+	{name: "exclusive lease too short", spec: okPorts + "exclusive: {leaseDurationSeconds: 1}\n", field: "spec.exclusive.leaseDurationSeconds"},
 	{name: "unknown unhealthyPodEvictionPolicy", spec: okPorts + "disruptionBudget: {maxUnavailable: 1, unhealthyPodEvictionPolicy: Never}\n", field: "spec.disruptionBudget.unhealthyPodEvictionPolicy"},
 	{name: "unknown readiness gate mode", spec: okPorts + "readinessGate: {mode: Sometimes}\n", field: "spec.readinessGate.mode"},
 }
