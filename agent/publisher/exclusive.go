@@ -172,6 +172,15 @@ func (p *Publisher) exclusive(ctx context.Context, view *resourceView, verdicts 
 		}
 		chosen, standby := p.pick(port, candidates)
 		if standby.reason == "" {
+			if old := publishedServing(view, port.name, chosen.Pod.Name); old != "" {
+				// Two slice writes, not one, when the node's slices are
+				// split (dual stack, or two target port numbers): the
+				// node's other pod goes first.
+				standby = cause{kind: causeStandby, reason: swhv1alpha1.ReasonExclusiveHandover,
+					text: fmt.Sprintf("port %q is exclusive: pod %s of this node is withdrawn before pod %s is published", port.name, old, chosen.Pod.Name)}
+			}
+		}
+		if standby.reason == "" {
 			var st holding
 			st, standby = p.hold(ctx, view, port, chosen)
 			if standby.reason == "" {
@@ -185,9 +194,10 @@ func (p *Publisher) exclusive(ctx context.Context, view *resourceView, verdicts 
 				standby = cause{kind: causeStandby, reason: swhv1alpha1.ReasonExclusiveStandby,
 					text: fmt.Sprintf("port %q is exclusive and pod %s on node %s holds it", port.name, chosen.Pod.Name, p.nodeName)}
 				candidates = slices.DeleteFunc(candidates, func(c endpoints.PodVerdicts) bool { return c.Pod == chosen.Pod })
-			} else if standby.reason == swhv1alpha1.ReasonExclusiveHandover {
-				out.after(handoverRetry)
 			}
+		}
+		if standby.reason != swhv1alpha1.ReasonExclusiveStandby {
+			out.after(handoverRetry) // a handover, or a Lease to take again
 		}
 		for _, c := range candidates {
 			c.Ports[port.index].Passing = false
@@ -195,6 +205,18 @@ func (p *Publisher) exclusive(ctx context.Context, view *resourceView, verdicts 
 		}
 	}
 	return out
+}
+
+// publishedServing returns a pod of the node other than pod that the
+// node's slices publish ready or serving on port, "" when there is none.
+func publishedServing(view *resourceView, port, pod string) string {
+	published, _ := endpoints.Read(view.existing, endpoints.Options{}) // valid options: no error
+	for _, e := range published {
+		if e.Port == port && (e.Ready || e.Serving) && e.Pod != nil && e.Pod.Name != pod {
+			return e.Pod.Name
+		}
+	}
+	return ""
 }
 
 // passingOn returns the verdicts that pass port i (they share their
@@ -262,24 +284,31 @@ func (p *Publisher) hold(ctx context.Context, view *resourceView, port exclusive
 		st = holding{}
 	}
 	now := time.Now()
-	if st.lease == nil || !now.Before(st.renewAt) || st.pod != pod.Pod.Name {
+	// Memory alone never publishes when the cache shows the Lease free, or
+	// with another duration (the controller freed it after an expiry, or
+	// resized it): a write, which checks the resourceVersion, decides.
+	// While the cache is behind the node's own take, that write conflicts
+	// and the re-read finds the node holding it.
+	trusted := st.lease != nil && holderOf(port.lease) == p.nodeName && leaseDuration(port.lease) == leaseDuration(st.lease)
+	if !trusted || !now.Before(st.renewAt) || st.pod != pod.Pod.Name {
 		base := port.lease
-		if st.lease != nil && holderOf(port.lease) == p.nodeName {
+		if trusted {
 			base = st.lease // the cache may not show the last renewal yet
 		}
-		written, start, err := p.writeLease(ctx, base, pod.Pod.Name)
+		written, took, start, err := p.writeLease(ctx, base, pod.Pod.Name)
 		switch {
 		case err == nil:
-			duration := time.Duration(*written.Spec.LeaseDurationSeconds) * time.Second
-			took := holderOf(base) != p.nodeName
+			duration := leaseDuration(written)
 			st = holding{uid: written.UID, lease: written, pod: pod.Pod.Name,
 				renewAt: start.Add(duration / renewFraction), validUntil: start.Add(time.Duration(float64(duration) * validityFraction)),
 				handedOver: st.handedOver && !took}
 			p.holds.set(key, st)
 		case errors.Is(err, errHeldElsewhere):
+			p.holds.set(key, holding{})
 			return holding{}, cause{kind: causeStandby, reason: swhv1alpha1.ReasonExclusiveStandby, text: err.Error()}
 		default:
 			if st.lease == nil || !now.Before(st.validUntil) {
+				p.holds.set(key, holding{})
 				return holding{}, cause{kind: causeStandby, reason: swhv1alpha1.ReasonExclusiveNoLease,
 					text: fmt.Sprintf("port %q is exclusive and its Lease could not be renewed: %v", port.name, err)}
 			}
@@ -289,6 +318,7 @@ func (p *Publisher) hold(ctx context.Context, view *resourceView, port exclusive
 		}
 	}
 	if !time.Now().Before(st.validUntil) {
+		p.holds.set(key, holding{})
 		return holding{}, cause{kind: causeStandby, reason: swhv1alpha1.ReasonExclusiveNoLease,
 			text: fmt.Sprintf("port %q is exclusive and its Lease was not renewed in time", port.name)}
 	}
@@ -312,14 +342,17 @@ var errHeldElsewhere = errors.New("held by another node")
 
 // writeLease makes the node the Lease's holder for pod, renewed now; on a
 // conflict it reads the Lease again from the API server and tries once
-// more if it is still free or the node's. It returns the Lease written and
-// when the write started, which the Lease's validity counts from.
-func (p *Publisher) writeLease(ctx context.Context, base *coordinationv1.Lease, pod string) (*coordinationv1.Lease, time.Time, error) {
+// more if it is still free or the node's. It returns the Lease written,
+// whether the write took it (the Lease it was based on was not the
+// node's), and when the write started, which the Lease's validity counts
+// from.
+func (p *Publisher) writeLease(ctx context.Context, base *coordinationv1.Lease, pod string) (*coordinationv1.Lease, bool, time.Time, error) {
 	for attempt := 0; ; attempt++ {
 		if h := holderOf(base); h != "" && h != p.nodeName {
-			return nil, time.Time{}, fmt.Errorf("port %q is exclusive and pod %s on node %s holds it: %w",
+			return nil, false, time.Time{}, fmt.Errorf("port %q is exclusive and pod %s on node %s holds it: %w",
 				base.Annotations[swhv1alpha1.AnnotationExclusivePort], base.Annotations[swhv1alpha1.AnnotationHolderPod], h, errHeldElsewhere)
 		}
+		took := holderOf(base) != p.nodeName
 		l := base.DeepCopy()
 		start := time.Now()
 		now := metav1.NewMicroTime(start)
@@ -339,26 +372,43 @@ func (p *Publisher) writeLease(ctx context.Context, base *coordinationv1.Lease, 
 		err := p.client.Update(writeCtx, l)
 		cancel()
 		if err == nil {
-			return l, start, nil
+			return l, took, start, nil
 		}
 		if !apierrors.IsConflict(err) || attempt > 0 {
-			return nil, time.Time{}, fmt.Errorf("writing Lease %s/%s: %w", l.Namespace, l.Name, err)
+			return nil, false, time.Time{}, fmt.Errorf("writing Lease %s/%s: %w", l.Namespace, l.Name, err)
 		}
-		fresh := &coordinationv1.Lease{}
-		if err := p.reader.Get(ctx, client.ObjectKeyFromObject(l), fresh); err != nil {
-			return nil, time.Time{}, fmt.Errorf("reading Lease %s/%s again: %w", l.Namespace, l.Name, err)
+		fresh, err := p.readLease(ctx, l)
+		if err != nil {
+			return nil, false, time.Time{}, err
 		}
 		base = fresh
 	}
 }
 
+// readLease reads a Lease from the API server, within a Lease write's
+// time.
+func (p *Publisher) readLease(ctx context.Context, l *coordinationv1.Lease) (*coordinationv1.Lease, error) {
+	readCtx, cancel := context.WithTimeout(ctx, leaseWriteTimeout(l))
+	defer cancel()
+	fresh := &coordinationv1.Lease{}
+	if err := p.reader.Get(readCtx, client.ObjectKeyFromObject(l), fresh); err != nil {
+		return nil, fmt.Errorf("reading Lease %s/%s again: %w", l.Namespace, l.Name, err)
+	}
+	return fresh, nil
+}
+
+// leaseDuration is a Lease's duration; 15 s when it has none.
+func leaseDuration(l *coordinationv1.Lease) time.Duration {
+	if l == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return 15 * time.Second
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+}
+
 // leaseWriteTimeout bounds a Lease write to a third of its duration: an
 // answer later than that is worth nothing to a holder.
 func leaseWriteTimeout(l *coordinationv1.Lease) time.Duration {
-	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
-		return 5 * time.Second
-	}
-	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second / renewFraction
+	return leaseDuration(l) / renewFraction
 }
 
 // otherNodeServing reads the resource's slices from the API server and
@@ -420,13 +470,14 @@ func (p *Publisher) release(ctx context.Context, leases []*coordinationv1.Lease)
 		if st := p.holds.get(key); st.lease != nil && st.uid == l.UID {
 			base = st.lease
 		}
-		free := base.DeepCopy()
-		free.Spec.HolderIdentity = nil
-		free.Spec.AcquireTime, free.Spec.RenewTime = nil, nil
-		delete(free.Annotations, swhv1alpha1.AnnotationHolderPod)
-		writeCtx, cancel := context.WithTimeout(ctx, leaseWriteTimeout(free))
-		err := p.client.Update(writeCtx, free)
-		cancel()
+		err := p.free(ctx, base)
+		if apierrors.IsConflict(err) {
+			// Changed since (resized, say): free it again if still ours.
+			var fresh *coordinationv1.Lease
+			if fresh, err = p.readLease(ctx, base); err == nil && holderOf(fresh) == p.nodeName {
+				err = p.free(ctx, fresh)
+			}
+		}
 		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("freeing Lease %s: %w", key, err))
 			continue
@@ -434,4 +485,15 @@ func (p *Publisher) release(ctx context.Context, leases []*coordinationv1.Lease)
 		p.holds.set(key, holding{})
 	}
 	return errors.Join(errs...)
+}
+
+// free writes the Lease with no holder.
+func (p *Publisher) free(ctx context.Context, l *coordinationv1.Lease) error {
+	free := l.DeepCopy()
+	free.Spec.HolderIdentity = nil
+	free.Spec.AcquireTime, free.Spec.RenewTime = nil, nil
+	delete(free.Annotations, swhv1alpha1.AnnotationHolderPod)
+	writeCtx, cancel := context.WithTimeout(ctx, leaseWriteTimeout(free))
+	defer cancel()
+	return p.client.Update(writeCtx, free)
 }

@@ -87,10 +87,23 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	// The gates do not wait on the slices: a refused slice write must not
 	// hold a rollout's pods back.
 	if err := errors.Join(publishErr, p.syncGates(ctx, view)); err != nil {
+		p.renewDespite(req.NamespacedName, held.requeue)
 		return ctrl.Result{}, errors.Join(err, targetsErr)
+	}
+	if targetsErr != nil {
+		p.renewDespite(req.NamespacedName, held.requeue)
 	}
 	// The targets that could start are published; the others are retried.
 	return ctrl.Result{RequeueAfter: held.requeue}, targetsErr
+}
+
+// renewDespite schedules the reconcile a held Lease needs (its renewal, a
+// handover to check) when the reconcile fails: the controller's backoff,
+// which then replaces RequeueAfter, grows past any Lease's duration.
+func (p *Publisher) renewDespite(key types.NamespacedName, after time.Duration) {
+	if after > 0 {
+		time.AfterFunc(after, func() { p.notify(key) })
+	}
 }
 
 // publishHeld is publish, bounded by the validity of the exclusive ports'

@@ -50,6 +50,9 @@ type Reconciler struct {
 type sighting struct {
 	resourceVersion string
 	at              time.Time
+	// floor is a duration the Lease had before the controller resized
+	// it: its holder counts with it until it writes again.
+	floor time.Duration
 }
 
 // SetupWithManager registers the Reconciler: a resource, one of its Leases
@@ -167,12 +170,14 @@ func (r *Reconciler) syncLeases(ctx context.Context, swh *swhv1alpha1.ServiceWit
 				continue
 			}
 		case lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds != duration:
+			old := leaseDuration(lease)
 			lease = lease.DeepCopy()
 			lease.Spec.LeaseDurationSeconds = &duration
 			if err := r.Client.Update(ctx, lease); err != nil {
 				errs = append(errs, fmt.Errorf("updating the duration of Lease %s/%s: %w", swh.Namespace, name, err))
 				continue
 			}
+			r.resized(client.ObjectKeyFromObject(lease), lease.ResourceVersion, old)
 		}
 		out[port.Name] = lease
 	}
@@ -195,10 +200,20 @@ func (r *Reconciler) expire(ctx context.Context, swh *swhv1alpha1.ServiceWithHea
 	if holder == "" || lease.ResourceVersion == "" {
 		return 0, nil
 	}
-	duration := time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
-	left := duration - time.Since(r.sight(key, lease.ResourceVersion))
+	seen := r.sight(key, lease.ResourceVersion)
+	duration := max(leaseDuration(lease), seen.floor)
+	left := duration - time.Since(seen.at)
 	if left > 0 {
 		return left + 50*time.Millisecond, nil
+	}
+	// The cache's watch may be stalled: expire only what the API server
+	// still holds unchanged.
+	fresh := &coordinationv1.Lease{}
+	if err := r.APIReader.Get(ctx, key, fresh); err != nil {
+		return time.Second, fmt.Errorf("reading Lease %s: %w", key, err)
+	}
+	if fresh.ResourceVersion != lease.ResourceVersion {
+		return 0, nil // changed: its event brings it back
 	}
 	withdrawn, err := r.withdraw(ctx, port, slices, func(node string) bool { return node == holder })
 	if err != nil {
@@ -298,7 +313,7 @@ func (r *Reconciler) withdraw(ctx context.Context, port string, slices []discove
 
 // sight returns when the controller first saw the Lease at resourceVersion
 // rv.
-func (r *Reconciler) sight(key types.NamespacedName, rv string) time.Time {
+func (r *Reconciler) sight(key types.NamespacedName, rv string) sighting {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.seen == nil {
@@ -309,7 +324,31 @@ func (r *Reconciler) sight(key types.NamespacedName, rv string) time.Time {
 		s = sighting{resourceVersion: rv, at: time.Now()}
 		r.seen[key] = s
 	}
-	return s.at
+	return s
+}
+
+// resized remembers that the controller changed a Lease's duration from
+// old: until its holder writes again, it keeps counting with the longer.
+func (r *Reconciler) resized(key types.NamespacedName, rv string, old time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[types.NamespacedName]sighting{}
+	}
+	prev := r.seen[key]
+	at := prev.at
+	if at.IsZero() {
+		at = time.Now()
+	}
+	r.seen[key] = sighting{resourceVersion: rv, at: at, floor: max(old, prev.floor)}
+}
+
+// leaseDuration is a Lease's duration; 15 s when it has none.
+func leaseDuration(l *coordinationv1.Lease) time.Duration {
+	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return 15 * time.Second
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
 }
 
 // forget drops what the controller saw of a deleted resource's Leases.

@@ -84,18 +84,25 @@ func withExclusive(st swhv1alpha1.ServiceWithHealthchecksStatus, swh *swhv1alpha
 // standbyCounts counts, per port name, the pods the agents' reasons
 // annotations say pass and stand by or wait for a handover.
 func standbyCounts(slices []discoveryv1.EndpointSlice) map[string]int {
-	out := map[string]int{}
+	pods := map[string]map[string]bool{} // a dual-stack pod has an entry per family's slice
 	for i := range slices {
 		reasons, err := swhv1alpha1.EndpointReasonsOf(slices[i].Annotations)
 		if err != nil {
 			continue
 		}
 		port, _ := endpoints.SlicePort(&slices[i])
-		for _, r := range reasons {
+		for pod, r := range reasons {
 			if r.Reason == swhv1alpha1.ReasonExclusiveStandby || r.Reason == swhv1alpha1.ReasonExclusiveHandover {
-				out[port]++
+				if pods[port] == nil {
+					pods[port] = map[string]bool{}
+				}
+				pods[port][pod] = true
 			}
 		}
+	}
+	out := map[string]int{}
+	for port, set := range pods {
+		out[port] = len(set)
 	}
 	return out
 }

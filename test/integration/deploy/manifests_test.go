@@ -78,7 +78,7 @@ func TestManifestsApplyDryRun(t *testing.T) {
 	for kind, want := range map[string]int{
 		"CustomResourceDefinition": 1, "Namespace": 1, "ServiceAccount": 2, "ClusterRole": 4, // the binaries', and view/edit aggregation
 		"ClusterRoleBinding": 2, "Role": 1, "RoleBinding": 1, "Deployment": 1, "DaemonSet": 1,
-		"PodDisruptionBudget": 1, "Service": 3, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3,
+		"PodDisruptionBudget": 1, "Service": 3, "ValidatingAdmissionPolicy": 5, "ValidatingAdmissionPolicyBinding": 5,
 		"ValidatingWebhookConfiguration": 1, // the eviction guard, its certificate kept by the controller
 	} {
 		if kinds[kind] != want {
