@@ -307,3 +307,66 @@ func checkPluginShowsHolder(t *testing.T, ns, holder, other string) {
 		t.Fatalf("kubectl swh status of %s: %+v, want not ready, standing by for %s", other, ep, holder)
 	}
 }
+
+// TestExclusivePortMovesWithinANode: two pods of one node pass; the node
+// publishes one, and when it fails, the other, never both.
+func TestExclusivePortMovesWithinANode(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	x := watchExclusive(t, ns, "db", "write")
+	pods := map[string]*backend{
+		"db-a": startBackend(t, ns, "db", "db-a", nodeA),
+		"db-b": startBackend(t, ns, "db", "db-b", nodeA),
+	}
+	swh := resource(ns, "db", []swhv1alpha1.ServicePort{{Name: "write", Port: 5432, TargetPort: intstr.FromInt32(2525)}},
+		fastProbe(swhv1alpha1.ProbeModeTCP, intstr.FromInt32(2525)))
+	swh.Spec.Exclusive = &swhv1alpha1.Exclusive{LeaseDurationSeconds: 3}
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	holder, other := holderOf(t, x)
+	waitReason(t, ns, "db", other, swhv1alpha1.ReasonExclusiveStandby)
+	for range 3 {
+		if err := pods[holder].smtp.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		x.wait(t, 30*time.Second, other)
+		if err := pods[holder].smtp.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitReason(t, ns, "db", holder, swhv1alpha1.ReasonExclusiveStandby)
+		holder, other = other, holder
+	}
+	if d, n := x.twoRoutable(); n > 0 {
+		t.Fatalf("two pods routable %d times, %s in all", n, d)
+	}
+}
+
+// TestExclusiveLeaseShortenedWhileHeld: the holder's agent is cut off,
+// then the Lease's duration is lowered; the controller still waits the
+// duration the holder counted with before it frees the port.
+func TestExclusiveLeaseShortenedWhileHeld(t *testing.T) {
+	agents := map[string]*agent{nodeA: startAgent(t, nodeA), nodeB: startAgent(t, nodeB)}
+	ns := namespace(t)
+	x := watchExclusive(t, ns, "db", "write")
+	_, swh := primaries(t, ns, &swhv1alpha1.Exclusive{LeaseDurationSeconds: 8})
+	holder, other := holderOf(t, x)
+	cut := time.Now()
+	agents[map[string]string{"db-a": nodeA, "db-b": nodeB}[holder]].Stop()
+	if err := controlPlane.Client.Get(context.Background(), client.ObjectKeyFromObject(swh), swh); err != nil {
+		t.Fatal(err)
+	}
+	swh.Spec.Exclusive.LeaseDurationSeconds = 2
+	if err := controlPlane.Client.Update(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	failover := x.wait(t, 30*time.Second, other).Sub(cut)
+	// The holder renewed at most a third of 8 s before it was cut off.
+	if failover < 8*time.Second*2/3 {
+		t.Fatalf("failed over %s after the holder was cut off: the shortened Lease (2 s) was counted, not the 8 s it held", failover)
+	}
+	if d, n := x.twoRoutable(); n > 0 {
+		t.Fatalf("two pods routable %d times, %s in all", n, d)
+	}
+	t.Logf("failover after the holder was cut off and its Lease shortened from 8 s to 2 s: %s", failover.Round(time.Millisecond))
+}
