@@ -160,11 +160,30 @@ func timeoutMillis(d time.Duration) int64 {
 }
 
 // Probe logs in to target, runs the query and checks its first column.
-func (p *Prober) Probe(ctx context.Context, target probes.Target) (res probes.Result) {
+func (p *Prober) Probe(ctx context.Context, target probes.Target) probes.Result {
+	value, rowsSeen, start, failed := p.exec(ctx, target, p.query)
+	switch {
+	case failed != nil:
+		return *failed
+	case !rowsSeen:
+		return pass(start, "query returned no row")
+	case !truthy(value):
+		return fail(start, probes.ReasonQueryFalse, fmt.Errorf("postgresql: query returned %s", describeValue(value)))
+	}
+	return pass(start, "query returned "+describeValue(value))
+}
+
+// exec logs in to target and runs q, on one connection closed before it
+// returns, within the context's deadline (which target's budget bounds),
+// under the stream guard's bounds. It returns the first column of the
+// first row and whether a row came, when it started, or the failed
+// result.
+func (p *Prober) exec(ctx context.Context, target probes.Target, q string) (value driver.Value, rowsSeen bool, start time.Time, failed *probes.Result) {
 	ctx, cancel, start, err := begin(ctx, target)
 	defer cancel()
 	if err != nil {
-		return fail(start, probes.ReasonInvalidTarget, err)
+		r := fail(start, probes.ReasonInvalidTarget, err)
+		return nil, false, start, &r
 	}
 	deadline, _ := ctx.Deadline()
 
@@ -176,35 +195,68 @@ func (p *Prober) Probe(ctx context.Context, target probes.Target) (res probes.Re
 		// in it must fail this probe, not crash the process.
 		if r := recover(); r != nil {
 			guard.abort()
-			res = fail(start, probes.ReasonProtocol, fmt.Errorf("postgresql: the client library failed on the server's answer: %v", r))
+			res := fail(start, probes.ReasonProtocol, fmt.Errorf("postgresql: the client library failed on the server's answer: %v", r))
+			value, rowsSeen, failed = nil, false, &res
 		}
 	}()
 	connector, err := pq.NewConnectorConfig(p.pqConfig(target, time.Until(deadline)))
 	if err != nil {
-		return fail(start, probes.ReasonError, fmt.Errorf("postgresql: %w", err))
+		r := fail(start, probes.ReasonError, fmt.Errorf("postgresql: %w", err))
+		return nil, false, start, &r
 	}
 	connector.Dialer(&pgDialer{prober: p, target: target, guard: guard})
 	conn, err := connector.Connect(ctx)
 	if err != nil {
 		guard.abort() // pq closes on most failures, not all
-		return failPhase(ctx, start, "connect", guard.refusalOr(err))
+		r := failPhase(ctx, start, "connect", guard.refusalOr(err))
+		return nil, false, start, &r
 	}
 	defer conn.Close()
 	// pq clears the socket deadline after the handshake; the query phase
 	// gets the probe's deadline back.
 	guard.setDeadline(deadline)
 
-	value, rowsSeen, err := runQuery(ctx, conn, p.query)
+	value, rowsSeen, err = runQuery(ctx, conn, q)
 	if err != nil {
-		return failPhase(ctx, start, "query", guard.refusalOr(err))
+		r := failPhase(ctx, start, "query", guard.refusalOr(err))
+		return nil, false, start, &r
 	}
-	switch {
-	case !rowsSeen:
-		return pass(start, "query returned no row")
-	case !truthy(value):
-		return fail(start, probes.ReasonQueryFalse, fmt.Errorf("postgresql: query returned %s", describeValue(value)))
+	return value, rowsSeen, start, nil
+}
+
+// closeSessionsQuery ends every client session but the prober's own, the
+// other probes' (by their application name, so that a withdrawal does not
+// fail another resource's probe of the pod), superusers' (which only a
+// superuser may end) and replication roles' (WAL senders: a replica
+// streaming from the pod), and counts them. It reads only what
+// pg_stat_activity shows a role without pg_read_all_stats: other
+// sessions' pid, role and application name (their backend_type is NULL);
+// background processes have no role.
+const closeSessionsQuery = `SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid))
+FROM pg_catalog.pg_stat_activity a JOIN pg_catalog.pg_roles r ON r.oid = a.usesysid
+WHERE a.pid <> pg_catalog.pg_backend_pid() AND NOT r.rolsuper AND NOT r.rolreplication
+AND a.application_name IS DISTINCT FROM $$%s$$`
+
+// CloseSessions logs in to target as a probe does and ends the sessions of
+// its clients with pg_terminate_backend: every session but its own, the
+// probes' (those of its ApplicationName), superusers' and replication
+// roles'. It returns
+// how many it ended. The role needs the privileges of pg_signal_backend
+// (GRANT pg_signal_backend TO <role>) to end other roles' sessions;
+// without them the server refuses and the error says so. It is for a
+// database pod that stops receiving traffic (an old primary withdrawn
+// from a write Service): kube-proxy leaves established connections open.
+func (p *Prober) CloseSessions(ctx context.Context, target probes.Target) (int, error) {
+	q := fmt.Sprintf(closeSessionsQuery, strings.ReplaceAll(p.appName, "$", ""))
+	value, _, _, failed := p.exec(ctx, target, q)
+	if failed != nil {
+		return 0, fmt.Errorf("closing the sessions on %s: %s", target, failed.Message)
 	}
-	return pass(start, "query returned "+describeValue(value))
+	n, ok := value.(int64)
+	if !ok {
+		return 0, fmt.Errorf("closing the sessions on %s: the server counted %s", target, describeValue(value))
+	}
+	return int(n), nil
 }
 
 // failPhase returns the failure of a phase ("connect" or "query"). When
