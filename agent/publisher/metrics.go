@@ -21,6 +21,8 @@ type Metrics struct {
 	targets       prometheus.Gauge
 	secretReads   *prometheus.CounterVec
 	gateWrites    *prometheus.CounterVec
+	closings      *prometheus.CounterVec
+	closed        prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -60,8 +62,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "swh_agent_readiness_gate_writes_total",
 			Help: "Writes of the readiness gate pod condition by the status written and outcome.",
 		}, []string{"status", "outcome"}),
+		closings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "swh_agent_session_closings_total",
+			Help: "Attempts to end the clients' sessions on a withdrawn PostgreSQL pod (closeSessions), by outcome.",
+		}, []string{"outcome"}),
+		closed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swh_agent_sessions_closed_total",
+			Help: "Client sessions ended on withdrawn PostgreSQL pods (closeSessions).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets, m.secretReads, m.gateWrites} {
+	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets, m.secretReads, m.gateWrites, m.closings, m.closed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering the agent's metrics: %w", err)
 		}
@@ -115,6 +125,20 @@ func (m *Metrics) gateWrite(status string, err error) {
 	if m != nil {
 		m.gateWrites.WithLabelValues(status, writeOutcome(err)).Inc()
 	}
+}
+
+// sessionsClosed counts an attempt to end the sessions on a pod, and the
+// sessions it ended.
+func (m *Metrics) sessionsClosed(n int, err error) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.closings.WithLabelValues("error").Inc()
+		return
+	}
+	m.closings.WithLabelValues("ok").Inc()
+	m.closed.Add(float64(n))
 }
 
 func (m *Metrics) observeDelay(d time.Duration) {

@@ -265,4 +265,36 @@ type PostgreSQLProbe struct {
 	// over a verified server (verify-ca, verify-full) always work.
 	// +optional
 	InsecureAllowCleartextPassword bool `json:"insecureAllowCleartextPassword,omitempty"`
+
+	// CloseSessions ends the clients' sessions on a pod when the agent
+	// withdraws it from a port this probe gates, since kube-proxy leaves
+	// established connections open: OnExclusiveWithdrawal, only from an
+	// exclusive port (spec.exclusive); OnWithdrawal, from any; Never
+	// (the default) leaves them. The agent logs in with this probe's
+	// credentials and ends every session but its own, the probes',
+	// superusers' and replication roles' (pg_terminate_backend), at once
+	// and again a second later (a client that reconnected through a
+	// kube-proxy not yet updated). The role needs pg_signal_backend:
+	// GRANT pg_signal_backend TO <role>. Every session of the server ends,
+	// whichever Service it came through.
+	// +optional
+	// +kubebuilder:validation:Enum=Never;OnExclusiveWithdrawal;OnWithdrawal
+	CloseSessions PostgreSQLCloseSessions `json:"closeSessions,omitempty"`
+}
+
+// PostgreSQLCloseSessions says when a PostgreSQL probe's agent ends the
+// clients' sessions on a pod it withdraws.
+type PostgreSQLCloseSessions string
+
+// The values of closeSessions.
+const (
+	CloseSessionsNever                 PostgreSQLCloseSessions = "Never"
+	CloseSessionsOnExclusiveWithdrawal PostgreSQLCloseSessions = "OnExclusiveWithdrawal"
+	CloseSessionsOnWithdrawal          PostgreSQLCloseSessions = "OnWithdrawal"
+)
+
+// ClosesSessions reports whether the probe ends the sessions on a pod
+// withdrawn from a port, exclusive or not.
+func (p *PostgreSQLProbe) ClosesSessions(exclusive bool) bool {
+	return p != nil && (p.CloseSessions == CloseSessionsOnWithdrawal || p.CloseSessions == CloseSessionsOnExclusiveWithdrawal && exclusive)
 }

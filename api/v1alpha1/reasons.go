@@ -153,6 +153,11 @@ const (
 	// that does not hold an exclusive port published a pod ready on it;
 	// the controller withdrew it.
 	EventReasonExclusiveEndpointWithdrawn = "ExclusiveEndpointWithdrawn"
+	// EventReasonSessionsClosed (Normal, agent): the agent ended the
+	// clients' sessions on a PostgreSQL pod it withdrew (closeSessions).
+	EventReasonSessionsClosed = "SessionsClosed"
+	// EventReasonSessionsNotClosed (Warning, agent): it could not.
+	EventReasonSessionsNotClosed = "SessionsNotClosed"
 )
 
 // Condition ExclusivePortsHeld and its reasons, on resources with
