@@ -176,6 +176,20 @@ func (p *Postgres) DSN(db string) string {
 	return u.String()
 }
 
+// QueryRow runs query as the superuser on database postgres and scans its
+// one row into dest.
+func (p *Postgres) QueryRow(ctx context.Context, query string, dest ...any) error {
+	db, err := sql.Open("postgres", p.DSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", p.Addr(), err)
+	}
+	defer func() { _ = db.Close() }()
+	if err := db.QueryRowContext(ctx, query).Scan(dest...); err != nil {
+		return fmt.Errorf("running %q on %s: %w", query, p.Addr(), err)
+	}
+	return nil
+}
+
 // Exec runs a statement as the superuser on database postgres.
 func (p *Postgres) Exec(ctx context.Context, query string, args ...any) error {
 	db, err := sql.Open("postgres", p.DSN("postgres"))
