@@ -68,6 +68,7 @@ const (
 	ReasonUnavailable        Reason = "unavailable"          // starting up, shutting down or in recovery (57P0x)
 	ReasonQueryError         Reason = "query-error"          // the query failed
 	ReasonQueryFalse         Reason = "query-false"          // the query's first column is false
+	ReasonReplicationLag     Reason = "replication-lag"      // a replica is further behind its primary than allowed
 
 	ReasonInvalidTarget Reason = "invalid-target" // the Target itself is malformed
 	ReasonError         Reason = "error"          // anything else; see Message and Err

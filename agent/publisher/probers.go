@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -150,6 +151,15 @@ func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, owner t
 		Query:                  spec.Query,
 		User:                   "postgres",
 		AllowCleartextPassword: spec.InsecureAllowCleartextPassword,
+	}
+	if lag := spec.MaxReplicationLag; lag != nil {
+		cfg.MaxReplicationLag = &postgresql.ReplicationLag{}
+		if lag.Bytes != nil {
+			cfg.MaxReplicationLag.Bytes = *lag.Bytes
+		}
+		if lag.Seconds != nil {
+			cfg.MaxReplicationLag.Time = time.Duration(*lag.Seconds) * time.Second
+		}
 	}
 	mode := postgresql.SSLMode(spec.TLSMode)
 	if spec.AuthSecretName != "" {

@@ -266,6 +266,13 @@ type PostgreSQLProbe struct {
 	// +optional
 	InsecureAllowCleartextPassword bool `json:"insecureAllowCleartextPassword,omitempty"`
 
+	// MaxReplicationLag fails the probe on a streaming replica (a server
+	// in recovery) that is further behind its primary than it allows,
+	// with reason replication-lag; a primary is never judged. The lag is
+	// read after the query passed, with functions any role may call.
+	// +optional
+	MaxReplicationLag *PostgreSQLReplicationLag `json:"maxReplicationLag,omitempty"`
+
 	// CloseSessions ends the clients' sessions on a pod when the agent
 	// withdraws it from a port this probe gates, since kube-proxy leaves
 	// established connections open: OnExclusiveWithdrawal, only from an
@@ -280,6 +287,26 @@ type PostgreSQLProbe struct {
 	// +optional
 	// +kubebuilder:validation:Enum=Never;OnExclusiveWithdrawal;OnWithdrawal
 	CloseSessions PostgreSQLCloseSessions `json:"closeSessions,omitempty"`
+}
+
+// PostgreSQLReplicationLag bounds a replica's lag.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.bytes) || has(self.seconds)",message="maxReplicationLag needs bytes or seconds"
+type PostgreSQLReplicationLag struct {
+	// Bytes bounds the WAL the replica has received and not replayed yet.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Bytes *int64 `json:"bytes,omitempty"`
+
+	// Seconds bounds how long WAL has been waiting to be replayed: the
+	// age of the last replayed transaction, but never more than the agent
+	// has seen WAL waiting, probe after probe; a replica of an idle
+	// primary, with nothing waiting, never lags, however old its last
+	// transaction.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	Seconds *int32 `json:"seconds,omitempty"`
 }
 
 // PostgreSQLCloseSessions says when a PostgreSQL probe's agent ends the

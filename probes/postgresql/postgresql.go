@@ -60,6 +60,11 @@ type Config struct {
 	// password itself and are always answered; over verify-ca or
 	// verify-full (or require with CACert) cleartext is answered too.
 	AllowCleartextPassword bool
+	// MaxReplicationLag, when set, fails a probe of a streaming replica
+	// that is further behind its primary than it allows, with
+	// probes.ReasonReplicationLag, after the query passed. A primary is
+	// never judged.
+	MaxReplicationLag *ReplicationLag
 	// ApplicationName shows in pg_stat_activity and the server log;
 	// "swh-probe" by default.
 	ApplicationName string
@@ -80,6 +85,7 @@ type Prober struct {
 	cleartextOK            bool        // answer a request for the password in clear text
 	serverName             string
 	dialer                 probes.Dialer
+	lag                    *lagTracker // nil without MaxReplicationLag
 }
 
 var _ probes.Prober = (*Prober)(nil)
@@ -116,6 +122,11 @@ func New(cfg Config) (*Prober, error) {
 	var err error
 	if p.tls, err = tlsConfig(cfg); err != nil {
 		return nil, err
+	}
+	if cfg.MaxReplicationLag != nil {
+		if p.lag, err = newLagTracker(*cfg.MaxReplicationLag); err != nil {
+			return nil, err
+		}
 	}
 	p.verifyName = cfg.SSLMode == SSLVerifyFull
 	// Only a verified server may see the password itself: without
@@ -159,31 +170,55 @@ func timeoutMillis(d time.Duration) int64 {
 	return max(1, int64(math.Ceil(float64(d)/float64(time.Millisecond))))
 }
 
-// Probe logs in to target, runs the query and checks its first column.
+// Probe logs in to target, runs the query and checks its first column;
+// with MaxReplicationLag, it then checks a replica's lag.
 func (p *Prober) Probe(ctx context.Context, target probes.Target) probes.Result {
-	value, rowsSeen, start, failed := p.exec(ctx, target, p.query)
+	queries := []query{{text: p.query, cols: 1}}
+	if p.lag != nil {
+		queries = append(queries, query{text: lagQuery, cols: 3})
+	}
+	rows, start, failed := p.exec(ctx, target, queries)
 	switch {
 	case failed != nil:
 		return *failed
-	case !rowsSeen:
-		return pass(start, "query returned no row")
-	case !truthy(value):
-		return fail(start, probes.ReasonQueryFalse, fmt.Errorf("postgresql: query returned %s", describeValue(value)))
+	case rows[0].seen && !truthy(rows[0].values[0]):
+		return fail(start, probes.ReasonQueryFalse, fmt.Errorf("postgresql: query returned %s", describeValue(rows[0].values[0])))
 	}
-	return pass(start, "query returned "+describeValue(value))
+	if p.lag != nil {
+		if err := p.lag.check(target, rows[1], time.Now()); err != nil {
+			return fail(start, probes.ReasonReplicationLag, err)
+		}
+	}
+	if !rows[0].seen {
+		return pass(start, "query returned no row")
+	}
+	return pass(start, "query returned "+describeValue(rows[0].values[0]))
 }
 
-// exec logs in to target and runs q, on one connection closed before it
-// returns, within the context's deadline (which target's budget bounds),
-// under the stream guard's bounds. It returns the first column of the
-// first row and whether a row came, when it started, or the failed
-// result.
-func (p *Prober) exec(ctx context.Context, target probes.Target, q string) (value driver.Value, rowsSeen bool, start time.Time, failed *probes.Result) {
+// query is a statement exec runs and how many columns of its first row it
+// reads.
+type query struct {
+	text string
+	cols int
+}
+
+// row is the first row of a query's result: the columns asked for, when a
+// row came.
+type row struct {
+	values []driver.Value
+	seen   bool
+}
+
+// exec logs in to target and runs the queries in turn, on one connection
+// closed before it returns, within the context's deadline (which target's
+// budget bounds), under the stream guard's bounds. It returns each query's
+// first row and when it started, or the failed result.
+func (p *Prober) exec(ctx context.Context, target probes.Target, queries []query) (rows []row, start time.Time, failed *probes.Result) {
 	ctx, cancel, start, err := begin(ctx, target)
 	defer cancel()
 	if err != nil {
 		r := fail(start, probes.ReasonInvalidTarget, err)
-		return nil, false, start, &r
+		return nil, start, &r
 	}
 	deadline, _ := ctx.Deadline()
 
@@ -196,32 +231,35 @@ func (p *Prober) exec(ctx context.Context, target probes.Target, q string) (valu
 		if r := recover(); r != nil {
 			guard.abort()
 			res := fail(start, probes.ReasonProtocol, fmt.Errorf("postgresql: the client library failed on the server's answer: %v", r))
-			value, rowsSeen, failed = nil, false, &res
+			rows, failed = nil, &res
 		}
 	}()
 	connector, err := pq.NewConnectorConfig(p.pqConfig(target, time.Until(deadline)))
 	if err != nil {
 		r := fail(start, probes.ReasonError, fmt.Errorf("postgresql: %w", err))
-		return nil, false, start, &r
+		return nil, start, &r
 	}
 	connector.Dialer(&pgDialer{prober: p, target: target, guard: guard})
 	conn, err := connector.Connect(ctx)
 	if err != nil {
 		guard.abort() // pq closes on most failures, not all
 		r := failPhase(ctx, start, "connect", guard.refusalOr(err))
-		return nil, false, start, &r
+		return nil, start, &r
 	}
 	defer conn.Close()
 	// pq clears the socket deadline after the handshake; the query phase
 	// gets the probe's deadline back.
 	guard.setDeadline(deadline)
 
-	value, rowsSeen, err = runQuery(ctx, conn, q)
-	if err != nil {
-		r := failPhase(ctx, start, "query", guard.refusalOr(err))
-		return nil, false, start, &r
+	for _, q := range queries {
+		values, seen, err := runQuery(ctx, conn, q.text, q.cols)
+		if err != nil {
+			r := failPhase(ctx, start, "query", guard.refusalOr(err))
+			return nil, start, &r
+		}
+		rows = append(rows, row{values: values, seen: seen})
 	}
-	return value, rowsSeen, start, nil
+	return rows, start, nil
 }
 
 // closeSessionsQuery ends every client session but the prober's own, the
@@ -248,10 +286,11 @@ AND a.application_name IS DISTINCT FROM $$%s$$`
 // from a write Service): kube-proxy leaves established connections open.
 func (p *Prober) CloseSessions(ctx context.Context, target probes.Target) (int, error) {
 	q := fmt.Sprintf(closeSessionsQuery, strings.ReplaceAll(p.appName, "$", ""))
-	value, _, _, failed := p.exec(ctx, target, q)
+	rows, _, failed := p.exec(ctx, target, []query{{text: q, cols: 1}})
 	if failed != nil {
 		return 0, fmt.Errorf("closing the sessions on %s: %s", target, failed.Message)
 	}
+	value := rows[0].values[0]
 	n, ok := value.(int64)
 	if !ok {
 		return 0, fmt.Errorf("closing the sessions on %s: the server counted %s", target, describeValue(value))
@@ -277,9 +316,9 @@ func failPhase(ctx context.Context, start time.Time, phase string, err error) pr
 	return fail(start, reason, err)
 }
 
-// runQuery runs q and returns the first column of its first row, whether a
-// row came back, and any error up to the end of the query.
-func runQuery(ctx context.Context, conn driver.Conn, q string) (driver.Value, bool, error) {
+// runQuery runs q and returns the first cols columns of its first row,
+// whether a row came back, and any error up to the end of the query.
+func runQuery(ctx context.Context, conn driver.Conn, q string, cols int) ([]driver.Value, bool, error) {
 	queryer, ok := conn.(driver.QueryerContext)
 	if !ok {
 		return nil, false, errors.New("lib/pq connection cannot query")
@@ -293,17 +332,18 @@ func runQuery(ctx context.Context, conn driver.Conn, q string) (driver.Value, bo
 	if err != nil {
 		return nil, false, err
 	}
-	var (
-		value driver.Value
-		seen  bool
-	)
-	if len(rows.Columns()) > 0 {
-		dest := make([]driver.Value, 1) // pq decodes only as many columns as dest holds
+	values := make([]driver.Value, cols)
+	seen := false
+	if n := min(cols, len(rows.Columns())); n > 0 {
+		dest := make([]driver.Value, n) // pq decodes only as many columns as dest holds
 		switch err := rows.Next(dest); err {
 		case nil:
-			value, seen = dest[0], true
-			if b, ok := value.([]byte); ok {
-				value = bytes.Clone(b) // it points into pq's buffer, reused by the next message
+			seen = true
+			for i, v := range dest {
+				if b, ok := v.([]byte); ok {
+					v = bytes.Clone(b) // it points into pq's buffer, reused by the next message
+				}
+				values[i] = v
 			}
 		case io.EOF:
 		default:
@@ -316,7 +356,7 @@ func runQuery(ctx context.Context, conn driver.Conn, q string) (driver.Value, bo
 	if err := rows.Close(); err != nil {
 		return nil, false, err
 	}
-	return value, seen, nil
+	return values, seen, nil
 }
 
 // connGuard holds the probe's one socket so that the end of the context can
