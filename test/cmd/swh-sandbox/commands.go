@@ -31,6 +31,11 @@ const commandHelp = `commands (type one in the live view and press Enter, or run
                        without :PORT)
   recover POD[:PORT]   undo fail (an old primary comes back as a replica)
   promote POD          promote a PostgreSQL replica; the old primary stops
+  split-brain POD      promote a replica while the old primary runs on:
+                       two primaries, one published on db-write
+  lag POD              pause a replica's replay and write on the primary:
+                       db-read withdraws it (replication-lag)
+  catch-up POD         resume its replay
   delete POD           delete a pod: terminating for 10 s, then gone
   recreate POD [NODE]  create a deleted pod again (on NODE if given)
   drain NODE           cordon the node and delete its pods
@@ -111,6 +116,16 @@ func (s *sandbox) execute(ctx context.Context, line string) (string, error) {
 			return "", err
 		}
 		return s.promote(ctx, args[0])
+	case "split-brain":
+		if err := want(1, 1); err != nil {
+			return "", err
+		}
+		return s.splitBrain(ctx, args[0])
+	case "lag", "catch-up":
+		if err := want(1, 1); err != nil {
+			return "", err
+		}
+		return s.setLagging(ctx, args[0], verb == "lag")
 	case "delete", "delete-pod":
 		if err := want(1, 1); err != nil {
 			return "", err
@@ -286,6 +301,102 @@ func (s *sandbox) promote(ctx context.Context, name string) (string, error) {
 	msg := strings.Join(did, "; ")
 	s.record(ctx, podRef(name), "Promoted", msg)
 	return msg, nil
+}
+
+// replica returns a running PostgreSQL replica of the sandbox.
+func (s *sandbox) replica(name string) (*backend, error) {
+	p := s.pod(name)
+	if p == nil || p.labels["app"] != "db" {
+		return nil, fmt.Errorf("%q is not a database pod", name)
+	}
+	if name == s.primary {
+		return nil, fmt.Errorf("%s is the primary, not a replica", name)
+	}
+	b := p.backends[0]
+	if b.failed || b.pg == nil {
+		return nil, fmt.Errorf("%s is not running (recover it first)", name)
+	}
+	return b, nil
+}
+
+// splitBrain promotes a replica and leaves the old primary running: two
+// servers answer SELECT NOT pg_is_in_recovery() true, and the exclusive
+// db-write keeps publishing one of them.
+func (s *sandbox) splitBrain(ctx context.Context, name string) (string, error) {
+	b, err := s.replica(name)
+	if err != nil {
+		return "", err
+	}
+	if err := b.pg.Promote(ctx); err != nil {
+		return "", err
+	}
+	old := s.primary
+	s.primary = name
+	msg := fmt.Sprintf("promoted %s while %s runs on as a primary: two primaries; db-write is exclusive and publishes one", name, old)
+	s.record(ctx, podRef(name), "SplitBrain", msg)
+	return msg, nil
+}
+
+// setLagging pauses a replica's replay, and writes on the primary so that
+// WAL waits to be replayed (db-read's maxReplicationLag withdraws it), or
+// resumes it.
+func (s *sandbox) setLagging(ctx context.Context, name string, lag bool) (string, error) {
+	b, err := s.replica(name)
+	if err != nil {
+		return "", err
+	}
+	if s.lagging == nil {
+		s.lagging = map[string]bool{}
+	}
+	if !lag {
+		if err := b.pg.Exec(ctx, "SELECT pg_wal_replay_resume()"); err != nil {
+			return "", err
+		}
+		delete(s.lagging, name)
+		if len(s.lagging) == 0 && s.stopWrites != nil {
+			s.stopWrites()
+			s.stopWrites = nil
+		}
+		msg := fmt.Sprintf("%s replays again and catches up", name)
+		s.record(ctx, podRef(name), "CaughtUp", msg)
+		return msg, nil
+	}
+	if err := b.pg.Exec(ctx, "SELECT pg_wal_replay_pause()"); err != nil {
+		return "", err
+	}
+	s.lagging[name] = true
+	if s.stopWrites == nil {
+		if err := s.startWrites(); err != nil {
+			return "", err
+		}
+	}
+	msg := fmt.Sprintf("%s's replay is paused while the primary %s takes writes: db-read withdraws it once WAL has waited past its bound", name, s.primary)
+	s.record(ctx, podRef(name), "Lagging", msg)
+	return msg, nil
+}
+
+// startWrites inserts a row on the primary every 100 ms until stopWrites.
+func (s *sandbox) startWrites() error {
+	p := s.pod(s.primary)
+	if p == nil || p.backends[0].pg == nil {
+		return fmt.Errorf("no running primary to write on")
+	}
+	pg := p.backends[0].pg
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := pg.Exec(ctx, "CREATE TABLE IF NOT EXISTS sandbox_writes (at timestamptz DEFAULT now())"); err != nil {
+		cancel()
+		return err
+	}
+	s.stopWrites = cancel
+	s.pending.Add(1)
+	go func() {
+		defer s.pending.Done()
+		for ctx.Err() == nil {
+			_ = pg.Exec(ctx, "INSERT INTO sandbox_writes DEFAULT VALUES")
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return nil
 }
 
 // deletePod deletes the pod with a grace period: it terminates for a few

@@ -187,7 +187,9 @@ type state struct {
 	reasons map[endpointKey]reason
 	// portLabels shows a resource's port by its slice port name.
 	portLabels map[[2]string]string
-	err        error
+	// holders says who holds each exclusive port, from the status.
+	holders []string
+	err     error
 }
 
 func newState(kubeconfig string) (*state, error) {
@@ -235,6 +237,7 @@ func (s *state) refresh(ctx context.Context) []transition {
 	s.err = nil
 	now := time.Now()
 	var added []transition
+	s.holders = exclusiveHolders(swhs.Items)
 
 	// Nodes.
 	s.nodes = s.nodes[:0]
@@ -439,7 +442,28 @@ func eventTime(ev *eventsv1.Event) time.Time {
 	return ev.DeprecatedLastTimestamp.Time
 }
 
-// table renders the resource → port → node table.
+// exclusiveHolders describes the exclusive ports of the resources and
+// their holders, as the controller's status has them.
+func exclusiveHolders(swhs []swhv1alpha1.ServiceWithHealthchecks) []string {
+	var out []string
+	for i := range swhs {
+		r := &swhs[i]
+		for _, p := range r.Spec.ExclusivePorts() {
+			holder := "no holder"
+			for _, st := range r.Status.Ports {
+				if st.Name == p.Name && st.Holder != "" {
+					holder = "held by " + st.Holder + " on " + st.HolderNode
+				}
+			}
+			out = append(out, fmt.Sprintf("%s %s: exclusive, %s", r.Name, swhv1alpha1.ExclusivePortKey(p), holder))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// table renders the resource → port → node table, then who holds each
+// exclusive port.
 func (s *state) table() []string {
 	out := []string{fmt.Sprintf("%-10s %-10s %-8s %-6s %s", "RESOURCE", "PORT", "NODE", "READY", "ENDPOINTS")}
 	var last row
@@ -458,5 +482,5 @@ func (s *state) table() []string {
 		out = append(out, fmt.Sprintf("%-10s %-10s %-8s %-6s %s", res, port, r.node, ready, strings.Join(r.endpoints, " ")))
 		last = r
 	}
-	return out
+	return append(out, s.holders...)
 }

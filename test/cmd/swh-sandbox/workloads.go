@@ -118,6 +118,10 @@ type sandbox struct {
 	pods       []*pod
 	primary    string // the PostgreSQL primary's pod, empty without PostgreSQL
 	pending    sync.WaitGroup
+	// lagging are the replicas whose replay the lag command paused;
+	// stopWrites ends the writes on the primary that make them lag.
+	lagging    map[string]bool
+	stopWrites context.CancelFunc
 }
 
 func newSandbox(cp *harness.ControlPlane, opts options) *sandbox {
@@ -361,6 +365,11 @@ func (s *sandbox) podNames() []string {
 
 // close stops the agents, the controller and every backend.
 func (s *sandbox) close() {
+	s.mu.Lock()
+	if s.stopWrites != nil {
+		s.stopWrites()
+	}
+	s.mu.Unlock()
 	s.pending.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -331,19 +331,36 @@ func TestSandbox(t *testing.T) {
 	s.send("start-agent node-3")
 	s.waitAgentPods("node-3's agent started again", map[string]bool{"node-1": true, "node-2": true, "node-3": true})
 
-	// A deleted pod is published as terminating (not ready, still serving)
-	// during its grace period.
-	s.send("delete vm-1")
-	web["web-node-2"], smtp["smtp-node-2"] = "vm-1:FTT", "vm-1:FTT"
-	s.waitSlices("vm-1 terminating", want)
-
 	if withDB {
+		// A replica whose replay waits under writes leaves db-read (its
+		// maxReplicationLag), and comes back once it replays.
+		s.send("lag db-2")
+		dbRead["db-read-node-3"] = "db-2:FFF"
+		s.waitSlices("db-2 lagging", want)
+		s.send("catch-up db-2")
+		dbRead["db-read-node-3"] = "db-2:TTF"
+		s.waitSlices("db-2 caught up", want)
+
 		// db-write follows the promotion; the old primary stops.
 		s.send("promote db-1")
 		dbWrite["db-write-node-1"], dbWrite["db-write-node-2"] = "db-0:FFF", "db-1:TTF"
 		dbRead["db-read-node-1"] = "db-0:FFF"
 		s.waitSlices("after promoting db-1", want)
+
+		// Two primaries: db-write is exclusive and keeps its holder.
+		s.send("split-brain db-2")
+		s.waitOutput("promoted db-2 while db-1 runs on as a primary", 20*time.Second)
+		time.Sleep(3 * time.Second) // db-2's probes pass the write query
+		s.waitSlices("two primaries, one published", want)
+		s.send("show")
+		s.waitOutput("db-write 5432: exclusive, held by db-1 on node-2", 10*time.Second)
 	}
+
+	// A deleted pod is published as terminating (not ready, still serving)
+	// during its grace period.
+	s.send("delete vm-1")
+	web["web-node-2"], smtp["smtp-node-2"] = "vm-1:FTT", "vm-1:FTT"
+	s.waitSlices("vm-1 terminating", want)
 
 	// Stop it as Ctrl-C does, and check what is left.
 	tmpDirs := regexp.MustCompile(`temporary files in (\S+)\)`).FindStringSubmatch(s.output.String())
