@@ -61,8 +61,8 @@ func (p *Publisher) notify(key types.NamespacedName) { p.verdictFlips.add(key) }
 // the pods of the node, then writes the slices that changed: read what
 // the resource, its Service, the node, the pods and the slices are; sync
 // the probe targets; turn the probes' state into verdicts per pod and
-// port; let one pod of the cluster at most pass each exclusive port
-// (exclusive.go); plan and write the slices, then free the exclusive
+// port; keep lagging replicas under a port's floor (lagfloor.go); let one
+// pod of the cluster at most pass each exclusive port (exclusive.go); plan and write the slices, then free the exclusive
 // ports' Leases the node no longer publishes from; emit, in one place, the
 // events the stages returned; sync the readiness gates.
 func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -77,7 +77,11 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	})
 	evs := p.tlsConflictEvents(view.swh)
 	verdicts, why := p.verdicts(view)
+	lookAgain := p.lagFloor(ctx, view, verdicts, why)
 	held := p.exclusive(ctx, view, verdicts, why)
+	if lookAgain > 0 && (held.requeue == 0 || lookAgain < held.requeue) {
+		held.requeue = lookAgain
+	}
 	published, publishErr := p.publishHeld(ctx, view, verdicts, why, held.validUntil)
 	if publishErr == nil {
 		// Only once the slices no longer publish the node's pod there.

@@ -307,6 +307,18 @@ type PostgreSQLReplicationLag struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	Seconds *int32 `json:"seconds,omitempty"`
+
+	// KeepAtLeast is a floor for the ports this probe gates: while fewer
+	// pods than this pass such a port across the cluster, the pods that
+	// fail it only for their lag stay published (with reason
+	// replication-lag-kept), so that when every replica lags together
+	// reads are served stale rather than not at all. All such pods are
+	// kept, not only the least lagged. Unset, lagging replicas always
+	// leave.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	KeepAtLeast *int32 `json:"keepAtLeast,omitempty"`
 }
 
 // PostgreSQLCloseSessions says when a PostgreSQL probe's agent ends the

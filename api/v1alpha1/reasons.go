@@ -102,6 +102,10 @@ const (
 	// the controller has not created it yet, or the agent failed to renew
 	// it in time.
 	ReasonExclusiveNoLease = "exclusive-no-lease"
+	// ReasonReplicationLagKept: the pod fails the port only for its
+	// replication lag and is published ready anyway, because fewer pods
+	// than the probe's maxReplicationLag.keepAtLeast pass the port.
+	ReasonReplicationLagKept = "replication-lag-kept"
 )
 
 // Reasons of the events the eviction guard records on a resource.

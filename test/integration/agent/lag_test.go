@@ -59,3 +59,64 @@ func TestReplicationLagWithdrawsAReplica(t *testing.T) {
 	}
 	waitPublished(t, ns, "db-read", map[string]string{"db-read-node-a": "db-0:TTF", "db-read-node-b": "db-1:TTF"})
 }
+
+// TestReplicationLagFloor: both replicas lag together. Without a floor
+// they both leave db-read; with keepAtLeast 2 they stay (the primary
+// alone is fewer than 2), marked replication-lag-kept; once one replays
+// again, two pods pass and the other, still lagging, leaves.
+func TestReplicationLagFloor(t *testing.T) {
+	startAgent(t, nodeA)
+	startAgent(t, nodeB)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	ns := namespace(t)
+	ips := harness.PodIPs(t, 3)
+	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ips[0]})
+	replicas := []*harness.Postgres{primary.StartTestReplica(t, ips[1], 5432), primary.StartTestReplica(t, ips[2], 5432)}
+	dbPod(t, ns, "db-0", nodeA, ips[0])
+	dbPod(t, ns, "db-1", nodeB, ips[1])
+	dbPod(t, ns, "db-2", nodeA, ips[2])
+	credentials(t, ns, "db-credentials", primary)
+	seconds, floor := int32(2), int32(2)
+	for name, keep := range map[string]*int32{"floored": &floor, "unfloored": nil} {
+		probe := postgresProbe("SELECT 1", "db-credentials")
+		probe.PostgreSQL.MaxReplicationLag = &swhv1alpha1.PostgreSQLReplicationLag{Seconds: &seconds, KeepAtLeast: keep}
+		swh := resource(ns, name, []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}}, probe)
+		swh.Spec.Selector = map[string]string{"app": "db"}
+		if err := controlPlane.Client.Create(ctx, swh); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := func(name string) map[string]string {
+		return map[string]string{name + "-node-a": "db-0:TTF,db-2:TTF", name + "-node-b": "db-1:TTF"}
+	}
+	waitPublished(t, ns, "floored", all("floored"))
+	waitPublished(t, ns, "unfloored", all("unfloored"))
+
+	if err := primary.Exec(ctx, "CREATE TABLE load (n int)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range replicas {
+		if err := r.Exec(ctx, "SELECT pg_wal_replay_pause()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	go func() {
+		for loadCtx.Err() == nil {
+			_ = primary.Exec(loadCtx, "INSERT INTO load VALUES (1)")
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	waitPublished(t, ns, "unfloored", map[string]string{"unfloored-node-a": "db-0:TTF,db-2:FFF", "unfloored-node-b": "db-1:FFF"})
+	waitReason(t, ns, "floored", "db-1", swhv1alpha1.ReasonReplicationLagKept)
+	waitReason(t, ns, "floored", "db-2", swhv1alpha1.ReasonReplicationLagKept)
+	waitPublished(t, ns, "floored", all("floored"))
+
+	if err := replicas[0].Exec(ctx, "SELECT pg_wal_replay_resume()"); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(t, ns, "floored", map[string]string{"floored-node-a": "db-0:TTF,db-2:FFF", "floored-node-b": "db-1:TTF"})
+	waitReason(t, ns, "floored", "db-2", string(probes.ReasonReplicationLag))
+}
