@@ -121,14 +121,25 @@ func BenchmarkPostgreSQLReplicationLagIdle(b *testing.B) {
 	}))
 	tgt := target(b, replica.Addr())
 	// A commit now and then, as an idle primary's rare writes.
+	writes, stopWrites := context.WithCancel(ctx)
+	done := make(chan struct{})
 	go func() {
-		for ctx.Err() == nil {
-			time.Sleep(47 * time.Second)
-			_ = primary.Exec(ctx, "CREATE TABLE IF NOT EXISTS rare (n int); INSERT INTO rare VALUES (1)")
+		defer close(done)
+		tick := time.NewTicker(47 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-writes.Done():
+				return
+			case <-tick.C:
+				_ = primary.Exec(writes, "CREATE TABLE IF NOT EXISTS rare (n int); INSERT INTO rare VALUES (1)")
+			}
 		}
 	}()
 	b.ResetTimer()
 	failures := probeFor(ctx, p, tgt, time.Second, d)
+	stopWrites()
+	<-done
 	b.ReportMetric(float64(len(failures)), "false-failures")
 	b.Logf("idle replica, %s, a probe every second: %d failures", d, len(failures))
 	for _, f := range failures {
