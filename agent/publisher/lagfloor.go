@@ -26,9 +26,20 @@ import (
 // lagFloor publishes, on each port, the node's pods that fail it only for
 // their replication lag while fewer pods than the floor pass it across
 // the cluster, and returns when to look again (zero: no need).
+//
+// A pod published ready that starts to lag is kept (marked) for one pass
+// before it may leave: when replicas on two nodes start to lag together,
+// each would otherwise count the other's, not yet marked, as passing, and
+// both would leave. Once marked, the other agents count it as kept.
 func (p *Publisher) lagFloor(ctx context.Context, view *resourceView, verdicts []endpoints.PodVerdicts, why notReadyReasons) time.Duration {
 	var again time.Duration
+	ownReasons := reasonsByPort(view.existing)
+	published, _ := endpoints.Read(view.existing, endpoints.Options{}) // valid options: no error
 	for i, port := range view.portNames {
+		marked := map[string]bool{}
+		for pod, r := range ownReasons[port] {
+			marked[pod] = r.Reason == swhv1alpha1.ReasonReplicationLagKept
+		}
 		floor, lagOnly, passing := 0, []endpoints.PodVerdicts{}, 0
 		for _, v := range verdicts {
 			if i >= len(v.Ports) || v.Ports[i].Port == 0 {
@@ -38,7 +49,7 @@ func (p *Publisher) lagFloor(ctx context.Context, view *resourceView, verdicts [
 				passing++
 				continue
 			}
-			if n := p.lagOnly(view, v, i); n > 0 {
+			if n := p.lagOnly(view, v, i, marked[v.Pod.Name]); n > 0 {
 				floor = max(floor, n)
 				lagOnly = append(lagOnly, v)
 			}
@@ -58,22 +69,34 @@ func (p *Publisher) lagFloor(ctx context.Context, view *resourceView, verdicts [
 		// Look again each period: another node's pods recovering is not
 		// an event this agent sees.
 		again = period
-		if passing+others >= floor {
-			continue
-		}
+		count := passing + others
 		for _, v := range lagOnly {
+			if count >= floor && (marked[v.Pod.Name] || !readyOn(published, port, v.Pod.Name)) {
+				continue // leaves: enough pods pass without it
+			}
 			v.Ports[i].Passing = true
 			why.set(v.Pod.UID, port, cause{kind: causeStandby, reason: swhv1alpha1.ReasonReplicationLagKept,
-				text: fmt.Sprintf("it lags, and is kept: %d pods pass port %s across the cluster, fewer than maxReplicationLag.keepAtLeast %d", passing+others, portRef{name: port}, floor)})
+				text: fmt.Sprintf("it lags, and is kept: %d pods pass port %s across the cluster, and maxReplicationLag.keepAtLeast is %d", count, portRef{name: port}, floor)})
 		}
 	}
 	return again
 }
 
+// readyOn reports whether the node's slices publish pod ready on port.
+func readyOn(published []endpoints.Published, port, pod string) bool {
+	for _, e := range published {
+		if e.Port == port && e.Pod != nil && e.Pod.Name == pod && e.Ready {
+			return true
+		}
+	}
+	return false
+}
+
 // lagOnly returns the floor of the probes that fail pod v on port i when
-// each of them fails only for replication lag and sets a floor; 0 when v
+// each of them fails only for replication lag (or, for a pod kept, passes
+// again fewer than successThreshold times) and sets a floor; 0 when v
 // fails the port for anything else, or is terminating.
-func (p *Publisher) lagOnly(view *resourceView, v endpoints.PodVerdicts, i int) int {
+func (p *Publisher) lagOnly(view *resourceView, v endpoints.PodVerdicts, i int, kept bool) int {
 	if v.Pod.DeletionTimestamp != nil || endpoints.NodeNotReady(view.node) {
 		return 0
 	}
@@ -88,7 +111,8 @@ func (p *Publisher) lagOnly(view *resourceView, v endpoints.PodVerdicts, i int) 
 			continue
 		}
 		pg := view.probes[j].PostgreSQL
-		if last[j].Reason != probes.ReasonReplicationLag || pg == nil || pg.MaxReplicationLag == nil || pg.MaxReplicationLag.KeepAtLeast == nil {
+		lagging := last[j].Reason == probes.ReasonReplicationLag || kept && last[j].Status == probes.Success
+		if !lagging || pg == nil || pg.MaxReplicationLag == nil || pg.MaxReplicationLag.KeepAtLeast == nil {
 			return 0
 		}
 		floor = max(floor, int(*pg.MaxReplicationLag.KeepAtLeast))

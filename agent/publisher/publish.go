@@ -71,7 +71,7 @@ func (p *Publisher) publish(ctx context.Context, view *resourceView, verdicts []
 	after := publicationOf(view.swh.UID, desired)
 	after.names = publishedNames(own, changes)
 	p.told.set(view.key, after)
-	p.closeSessions(view.swh, p.sessionClosings(view, before.states, after.states))
+	view.closings = p.sessionClosings(view, before.states, after.states)
 	return append(p.collisionEvents(view.swh, before, changes), p.endpointEvents(view.swh, before.states, after.states, why)...), nil
 }
 

@@ -83,6 +83,8 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		held.requeue = lookAgain
 	}
 	published, publishErr := p.publishHeld(ctx, view, verdicts, why, held.validUntil)
+	// Not bounded by a Lease's validity: they run on after the write.
+	p.closeSessions(ctx, view.swh, view.closings)
 	if publishErr == nil {
 		// Only once the slices no longer publish the node's pod there.
 		publishErr = p.release(ctx, held.release)

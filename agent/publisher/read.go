@@ -33,6 +33,8 @@ type resourceView struct {
 	portNames []string
 	// exclusive are the resource's exclusive ports and their Leases.
 	exclusive []exclusivePort
+	// closings are the pods whose sessions the write asks to end.
+	closings []closing
 }
 
 // read gathers the view of a resource. It returns nil, and nothing to do,

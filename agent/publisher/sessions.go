@@ -15,10 +15,13 @@ import (
 	"github.com/swh-dev/swh/probes/postgresql"
 )
 
-// sessionsRecheck is when the sessions of a withdrawn pod are ended a
-// second time: a client whose session ended may have reconnected through a
-// kube-proxy that had not yet applied the withdrawal.
-const sessionsRecheck = time.Second
+// sessionsRechecks space the attempts to end a withdrawn pod's sessions
+// after the first, made right after the slice write: a client whose
+// session ended reconnects, and lands on the pod again as long as a
+// kube-proxy on its path has not applied the withdrawal (kube-proxy
+// applies changes about once a second, slower in large clusters). About
+// 30 s in all.
+var sessionsRechecks = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second}
 
 // closing is one pod whose sessions a PostgreSQL probe ends.
 type closing struct {
@@ -26,6 +29,9 @@ type closing struct {
 	probe int
 	spec  swhv1alpha1.PostgreSQLProbe
 	addr  probes.Target
+	// ports are the ports the pod was withdrawn from that the probe
+	// closes sessions for: the closings stop once it is ready on one.
+	ports []string
 }
 
 // sessionClosings returns, for the endpoints the write withdrew (ready
@@ -33,7 +39,7 @@ type closing struct {
 // ask to end the clients' sessions (closeSessions), once per pod and probe.
 func (p *Publisher) sessionClosings(view *resourceView, before, after map[podPort]endpointState) []closing {
 	var out []closing
-	seen := map[podPort]bool{} // pod UID and probe index
+	seen := map[podPort]int{} // pod UID and probe index -> index in out
 	for key, was := range before {
 		if now, ok := after[key]; !was.ready || ok && now.ready {
 			continue
@@ -51,61 +57,80 @@ func (p *Publisher) sessionClosings(view *resourceView, before, after map[podPor
 		for i := range view.probes {
 			spec := view.probes[i].PostgreSQL
 			id := podPort{uid: pod.UID, port: fmt.Sprint(i)}
-			if !gates[index].Probes.Has(i) || !spec.ClosesSessions(exclusive) || seen[id] {
+			if !gates[index].Probes.Has(i) || !spec.ClosesSessions(exclusive) {
+				continue
+			}
+			if j, ok := seen[id]; ok {
+				out[j].ports = append(out[j].ports, key.port)
 				continue
 			}
 			addr, _, ok := p.targets.get(targetKey{Resource: view.key, Pod: pod.UID, Probe: i})
 			if !ok {
 				continue
 			}
-			seen[id] = true
-			out = append(out, closing{pod: podRef{pod.UID, pod.Name}, probe: i, spec: *spec, addr: addr})
+			seen[id] = len(out)
+			out = append(out, closing{pod: podRef{pod.UID, pod.Name}, probe: i, spec: *spec, addr: addr, ports: []string{key.port}})
 		}
 	}
 	return out
 }
 
-// closeSessions ends the sessions of each closing in the background, at
-// once and again sessionsRecheck later if the pod is still withdrawn from
-// every port the probe gates, with the probe's credentials, within its
-// timeout; it tells the outcome in an event on the resource.
-func (p *Publisher) closeSessions(swh *swhv1alpha1.ServiceWithHealthchecks, closings []closing) {
+// closeSessions ends the sessions of each closing in the background: at
+// once, then at each of sessionsRechecks while the pod stays withdrawn
+// from the ports it was closed for, with the probe's credentials, each
+// attempt within the probe's timeout; it stops with ctx (the agent
+// stopping). Events tell what the first attempt ended, what later ones
+// ended if any, and a failure.
+func (p *Publisher) closeSessions(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, closings []closing) {
 	key := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
-	timeout := time.Second
 	for _, c := range closings {
-		if t := swh.Spec.Healthcheck; t != nil && c.probe < len(t.Probes) {
-			timeout = time.Duration(t.Probes[c.probe].TimeoutSeconds) * time.Second
+		timeout := time.Second
+		if hc := swh.Spec.Healthcheck; hc != nil && c.probe < len(hc.Probes) {
+			timeout = time.Duration(hc.Probes[c.probe].TimeoutSeconds) * time.Second
 		}
-		go func() {
-			total := 0
-			for attempt := range 2 {
-				if attempt > 0 {
-					time.Sleep(sessionsRecheck)
-					if p.readyAgain(key, swh.UID, c.pod.uid) {
-						return
-					}
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), timeout)
-				n, err := p.endSessions(ctx, swh, c)
-				cancel()
-				p.metrics.sessionsClosed(n, err)
-				total += n
-				logger := log.Log.WithName("sessions").WithValues("resource", key.String(), "pod", c.pod.name)
-				related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: swh.Namespace, Name: c.pod.name, UID: c.pod.uid}
-				if err != nil {
-					logger.Error(err, "ending the clients' sessions on a withdrawn pod")
-					p.emit(context.Background(), swh, []event{{related: related, eventtype: corev1.EventTypeWarning,
-						reason: swhv1alpha1.EventReasonSessionsNotClosed, action: "CloseSessions",
-						note: fmt.Sprintf("pod %s on node %s is withdrawn; its clients' sessions could not be ended: %v", c.pod.name, p.nodeName, err)}})
-					return
-				}
-				if attempt == 1 {
-					p.emit(context.Background(), swh, []event{{related: related, eventtype: corev1.EventTypeNormal,
-						reason: swhv1alpha1.EventReasonSessionsClosed, action: p.numbered("CloseSessions"),
-						note: fmt.Sprintf("pod %s on node %s is withdrawn: %d client sessions on it ended (%d a second later)", c.pod.name, p.nodeName, total, n)}})
-				}
+		go p.endSessionsWhileWithdrawn(ctx, key, swh, c, timeout)
+	}
+}
+
+// endSessionsWhileWithdrawn makes the attempts of one closing.
+func (p *Publisher) endSessionsWhileWithdrawn(ctx context.Context, key types.NamespacedName, swh *swhv1alpha1.ServiceWithHealthchecks, c closing, timeout time.Duration) {
+	logger := log.FromContext(ctx).WithName("sessions").WithValues("resource", key.String(), "pod", c.pod.name)
+	related := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: swh.Namespace, Name: c.pod.name, UID: c.pod.uid}
+	later := 0
+	for attempt := 0; attempt <= len(sessionsRechecks); attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(sessionsRechecks[attempt-1]):
 			}
-		}()
+			if p.readyAgain(key, swh.UID, c.pod.uid, c.ports) {
+				break
+			}
+		}
+		attemptCtx, cancel := context.WithTimeout(ctx, timeout)
+		n, err := p.endSessions(attemptCtx, swh, c)
+		cancel()
+		p.metrics.sessionsClosed(n, err)
+		switch {
+		case err != nil:
+			logger.Error(err, "ending the clients' sessions on a withdrawn pod")
+			p.emit(ctx, swh, []event{{related: related, eventtype: corev1.EventTypeWarning,
+				reason: swhv1alpha1.EventReasonSessionsNotClosed, action: "CloseSessions",
+				note: fmt.Sprintf("pod %s on node %s is withdrawn; its clients' sessions could not be ended: %v", c.pod.name, p.nodeName, err)}})
+			return
+		case attempt == 0:
+			p.emit(ctx, swh, []event{{related: related, eventtype: corev1.EventTypeNormal,
+				reason: swhv1alpha1.EventReasonSessionsClosed, action: p.numbered("CloseSessions"),
+				note: fmt.Sprintf("pod %s on node %s is withdrawn: %d client sessions on it ended", c.pod.name, p.nodeName, n)}})
+		default:
+			later += n
+		}
+	}
+	if later > 0 {
+		p.emit(ctx, swh, []event{{related: related, eventtype: corev1.EventTypeNormal,
+			reason: swhv1alpha1.EventReasonSessionsClosed, action: p.numbered("CloseSessions"),
+			note: fmt.Sprintf("pod %s on node %s is withdrawn: %d more client sessions ended, of clients that reconnected through a kube-proxy not yet updated", c.pod.name, p.nodeName, later)}})
 	}
 }
 
@@ -123,15 +148,15 @@ func (p *Publisher) endSessions(ctx context.Context, swh *swhv1alpha1.ServiceWit
 	return pr.CloseSessions(ctx, c.addr)
 }
 
-// readyAgain reports whether the slices publish the pod ready on some port
-// again, as news last told them.
-func (p *Publisher) readyAgain(resource types.NamespacedName, uid, pod types.UID) bool {
+// readyAgain reports whether the slices publish the pod ready again on one
+// of ports, as news last told them.
+func (p *Publisher) readyAgain(resource types.NamespacedName, uid, pod types.UID, ports []string) bool {
 	pub, ok := p.told.get(resource, uid)
 	if !ok {
 		return true // forgotten: the resource is gone; leave its pods be
 	}
-	for key, st := range pub.states {
-		if key.uid == pod && st.ready {
+	for _, port := range ports {
+		if st, ok := pub.states[podPort{uid: pod, port: port}]; ok && st.ready {
 			return true
 		}
 	}

@@ -280,8 +280,9 @@ type PostgreSQLProbe struct {
 	// (the default) leaves them. The agent logs in with this probe's
 	// credentials and ends every session but its own, the probes',
 	// superusers' and replication roles' (pg_terminate_backend), at once
-	// and again a second later (a client that reconnected through a
-	// kube-proxy not yet updated). The role needs pg_signal_backend:
+	// and again over the next 30 s while the pod stays withdrawn (clients
+	// that reconnect through a kube-proxy not yet updated). The role
+	// needs pg_signal_backend:
 	// GRANT pg_signal_backend TO <role>. Every session of the server ends,
 	// whichever Service it came through.
 	// +optional
@@ -298,11 +299,12 @@ type PostgreSQLReplicationLag struct {
 	// +kubebuilder:validation:Minimum=1
 	Bytes *int64 `json:"bytes,omitempty"`
 
-	// Seconds bounds how long WAL has been waiting to be replayed: the
-	// age of the last replayed transaction, but never more than the agent
-	// has seen WAL waiting, probe after probe; a replica of an idle
-	// primary, with nothing waiting, never lags, however old its last
-	// transaction.
+	// Seconds bounds how long the replica has had WAL waiting to be
+	// replayed: the time since the agent first saw received the oldest
+	// WAL not replayed yet, from the WAL positions it reads probe after
+	// probe (up to one period short). A replica of an idle primary, with
+	// nothing waiting, never lags, however old its last transaction; nor
+	// does one replaying a long transaction as fast as it arrives.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
@@ -313,7 +315,8 @@ type PostgreSQLReplicationLag struct {
 	// fail it only for their lag stay published (with reason
 	// replication-lag-kept), so that when every replica lags together
 	// reads are served stale rather than not at all. All such pods are
-	// kept, not only the least lagged. Unset, lagging replicas always
+	// kept, not only the least lagged; a pod that starts to lag is kept
+	// one period before it may leave. Unset, lagging replicas always
 	// leave.
 	// +optional
 	// +kubebuilder:validation:Minimum=1

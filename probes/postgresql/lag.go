@@ -1,10 +1,8 @@
 package postgresql
 
 import (
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -18,36 +16,57 @@ type ReplicationLag struct {
 	// Bytes bounds the WAL the replica has received and not replayed yet
 	// (pg_last_wal_receive_lsn minus pg_last_wal_replay_lsn).
 	Bytes int64
-	// Time bounds how long WAL has been waiting to be replayed: the age
-	// of the last transaction replayed (pg_last_xact_replay_timestamp),
-	// but never more than the time the prober has seen WAL waiting, probe
-	// after probe. A replica of an idle primary has nothing waiting, so
-	// however old its last replayed transaction is, it does not lag; the
-	// first commit after a long idle period is not read as an hour of lag
-	// either: the prober had not seen anything waiting before.
+	// Time bounds how long the replica has had WAL waiting to be
+	// replayed: the time since the prober first saw received the oldest
+	// WAL it has not replayed yet. It is measured from the WAL positions
+	// the prober sees probe after probe, not from transaction times: a
+	// replica of an idle primary, with nothing waiting, does not lag
+	// however old its last transaction; one replaying a long transaction
+	// as fast as it receives it (a COPY, CREATE INDEX) does not either;
+	// one whose replay stops lags from the first probe that saw the WAL
+	// it has not replayed. The prober sees WAL arrive at most one probe
+	// late, so the lag reads up to one period short.
 	Time time.Duration
 }
 
-// lagQuery reads, on a server in recovery, the WAL received and not
-// replayed (bytes) and the age of the last replayed transaction (seconds,
-// NULL when none was replayed yet); functions any role may call.
+// lagQuery reads, on a server in recovery, the positions (bytes from 0/0)
+// of the WAL received and of the WAL replayed. Functions any role may
+// call, schema-qualified, and no operator a search_path could redefine.
 const lagQuery = `SELECT pg_catalog.pg_is_in_recovery(),
-CASE WHEN pg_catalog.pg_is_in_recovery() THEN GREATEST(0, COALESCE(pg_catalog.pg_wal_lsn_diff(
-  pg_catalog.pg_last_wal_receive_lsn(), pg_catalog.pg_last_wal_replay_lsn()), 0))::bigint ELSE 0 END,
-CASE WHEN pg_catalog.pg_is_in_recovery() THEN
-  EXTRACT(EPOCH FROM pg_catalog.now() - pg_catalog.pg_last_xact_replay_timestamp())::float8 END`
+CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_last_wal_receive_lsn(), '0/0')::bigint END,
+CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_last_wal_replay_lsn(), '0/0')::bigint END`
 
-// maxWaiting bounds the targets a prober remembers WAL waiting on; past
-// it, it forgets them all (a lag then counts again from the next probe:
-// a withdrawal comes later, never a false one).
-const maxWaiting = 4096
+// Bounds of what a prober remembers: the targets, and the samples of one.
+// Past maxTargets it forgets them all, and past maxSamples it drops the
+// samples after the oldest: a lag then reads shorter (a withdrawal comes
+// later), never longer.
+const (
+	maxTargets = 4096
+	maxSamples = 64
+	// staleAfter: a target not probed for this long (its pod gone, the
+	// prober's schedule paused) starts afresh.
+	staleAfter = 2 * time.Minute
+)
 
-// lagTracker checks a replica's lag and remembers, per target, since when
-// WAL has been waiting.
+// sample is a receive position and when the prober saw it.
+type sample struct {
+	at       time.Time
+	received int64
+}
+
+// targetLag is what the prober remembers of one replica.
+type targetLag struct {
+	samples  []sample
+	replayed int64
+	seen     time.Time
+}
+
+// lagTracker checks a replica's lag and remembers, per target, the
+// receive positions it saw that the replica has not replayed yet.
 type lagTracker struct {
 	bounds  ReplicationLag
 	mu      sync.Mutex
-	waiting map[string]time.Time
+	targets map[string]*targetLag
 }
 
 func newLagTracker(b ReplicationLag) (*lagTracker, error) {
@@ -57,7 +76,7 @@ func newLagTracker(b ReplicationLag) (*lagTracker, error) {
 	if b.Bytes == 0 && b.Time == 0 {
 		return nil, errors.New("postgresql: MaxReplicationLag sets no bound")
 	}
-	return &lagTracker{bounds: b, waiting: map[string]time.Time{}}, nil
+	return &lagTracker{bounds: b, targets: map[string]*targetLag{}}, nil
 }
 
 // check reads lagQuery's row for target, observed at now, and returns an
@@ -65,55 +84,65 @@ func newLagTracker(b ReplicationLag) (*lagTracker, error) {
 func (l *lagTracker) check(target probes.Target, r row, now time.Time) error {
 	key := target.Addr()
 	inRecovery, _ := r.values[0].(bool)
-	pending, _ := r.values[1].(int64)
-	if !r.seen || !inRecovery || pending == 0 {
+	received, okReceived := r.values[1].(int64)
+	replayed, okReplayed := r.values[2].(int64)
+	if !r.seen || !inRecovery || !okReplayed {
 		l.forget(key)
 		return nil
 	}
-	since := l.waitingSince(key, now)
-	if l.bounds.Bytes > 0 && pending > l.bounds.Bytes {
+	if !okReceived || received < replayed {
+		received = replayed // no WAL receiver (archive recovery): nothing seen waiting
+	}
+	if pending := received - replayed; l.bounds.Bytes > 0 && pending > l.bounds.Bytes {
 		return fmt.Errorf("postgresql: the replica has %d bytes of WAL received and not replayed (bound %d)", pending, l.bounds.Bytes)
 	}
-	if l.bounds.Time == 0 {
-		return nil
-	}
-	age, ok := seconds(r.values[2])
-	if !ok {
-		age = now.Sub(since) // nothing replayed yet: the wait seen
-	}
-	lag := min(age, now.Sub(since))
-	if lag > l.bounds.Time {
-		return fmt.Errorf("postgresql: the replica has had WAL waiting to be replayed for %s (bound %s); its last replayed transaction is %s old",
-			lag.Round(time.Millisecond), l.bounds.Time, age.Round(time.Millisecond))
+	waited := l.observe(key, now, received, replayed)
+	if l.bounds.Time > 0 && waited > l.bounds.Time {
+		return fmt.Errorf("postgresql: the replica has had WAL waiting to be replayed for %s (bound %s); %d bytes wait",
+			waited.Round(time.Millisecond), l.bounds.Time, received-replayed)
 	}
 	return nil
 }
 
-func (l *lagTracker) waitingSince(key string, now time.Time) time.Time {
+// observe records a probe's positions and returns how long the oldest WAL
+// not replayed yet has been seen waiting.
+func (l *lagTracker) observe(key string, now time.Time, received, replayed int64) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	since, ok := l.waiting[key]
-	if !ok {
-		if len(l.waiting) >= maxWaiting {
-			clear(l.waiting)
+	t := l.targets[key]
+	// A replica that replays from further back (it restarted from a
+	// checkpoint) or that the prober has not seen for long starts afresh.
+	if t == nil || replayed < t.replayed || now.Sub(t.seen) > staleAfter {
+		if t == nil && len(l.targets) >= maxTargets {
+			clear(l.targets)
 		}
-		since = now
-		l.waiting[key] = since
+		t = &targetLag{}
+		l.targets[key] = t
 	}
-	return since
+	t.seen, t.replayed = now, replayed
+	// Drop what has been replayed: the oldest sample left is the oldest
+	// WAL still waiting.
+	kept := t.samples[:0]
+	for _, s := range t.samples {
+		if s.received > replayed {
+			kept = append(kept, s)
+		}
+	}
+	t.samples = kept
+	if received > replayed && (len(t.samples) == 0 || received > t.samples[len(t.samples)-1].received) {
+		if len(t.samples) == maxSamples {
+			t.samples = append(t.samples[:1], t.samples[2:]...)
+		}
+		t.samples = append(t.samples, sample{at: now, received: received})
+	}
+	if len(t.samples) == 0 {
+		return 0
+	}
+	return now.Sub(t.samples[0].at)
 }
 
 func (l *lagTracker) forget(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.waiting, key)
-}
-
-// seconds reads a float8 number of seconds; false for NULL or junk.
-func seconds(v driver.Value) (time.Duration, bool) {
-	f, ok := v.(float64)
-	if !ok || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, false
-	}
-	return time.Duration(max(0, f) * float64(time.Second)), true
+	delete(l.targets, key)
 }

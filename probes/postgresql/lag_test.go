@@ -9,14 +9,16 @@ import (
 	"github.com/swh-dev/swh/probes"
 )
 
+// lagRow is a row as lagQuery returns it.
+func lagRow(inRecovery bool, received, replayed any) row {
+	return row{seen: true, values: []driver.Value{inRecovery, received, replayed}}
+}
+
 // TestLagTracker runs the checks a prober makes on one replica, probe
 // after probe, and what each must say.
 func TestLagTracker(t *testing.T) {
 	target := probes.Target{Host: "10.0.0.1", Port: 5432}
-	replica := func(pending int64, age any) row {
-		return row{seen: true, values: []driver.Value{true, pending, age}}
-	}
-	hour := (time.Hour).Seconds()
+	at := func(received, replayed int64) row { return lagRow(true, received, replayed) }
 	type step struct {
 		at   time.Duration // since the first probe
 		row  row
@@ -27,38 +29,48 @@ func TestLagTracker(t *testing.T) {
 		bounds ReplicationLag
 		steps  []step
 	}{{
-		name:   "idle primary: an old last transaction and nothing waiting never lags",
+		name:   "idle: nothing waiting never lags, however long",
 		bounds: ReplicationLag{Time: 30 * time.Second},
-		steps:  []step{{0, replica(0, hour), ""}, {10 * time.Minute, replica(0, hour+600), ""}},
+		steps:  []step{{0, at(1000, 1000), ""}, {10 * time.Minute, at(1000, 1000), ""}, {20 * time.Minute, at(1000, 1000), ""}},
 	}, {
 		name:   "the first commit after an hour idle is not an hour of lag",
 		bounds: ReplicationLag{Time: 30 * time.Second},
-		steps:  []step{{0, replica(0, hour), ""}, {time.Second, replica(120, hour+1), ""}, {2 * time.Second, replica(0, 0.5), ""}},
+		steps:  []step{{0, at(1000, 1000), ""}, {time.Hour, at(1200, 1000), ""}, {time.Hour + time.Second, at(1200, 1200), ""}},
 	}, {
-		name:   "replay paused under writes: fails once WAL has waited past the bound",
+		name:   "replay paused under writes: fails once the oldest waiting WAL was seen past the bound",
 		bounds: ReplicationLag{Time: 30 * time.Second},
-		steps: []step{{0, replica(1000, 1.0), ""}, {20 * time.Second, replica(50000, 21.0), ""},
-			{31 * time.Second, replica(90000, 32.0), "waiting to be replayed for 31s"}},
+		steps: []step{{0, at(1000, 1000), ""}, {10 * time.Second, at(2000, 1000), ""}, {30 * time.Second, at(5000, 1000), ""},
+			{41 * time.Second, at(9000, 1000), "waiting to be replayed for 31s"}},
 	}, {
-		name:   "a busy replica always a little behind: the last transaction is recent",
+		name:   "a long transaction replayed as fast as it arrives (no commit for minutes) does not lag",
 		bounds: ReplicationLag{Time: 30 * time.Second},
-		steps:  []step{{0, replica(100, 0.01), ""}, {40 * time.Second, replica(200, 0.02), ""}, {80 * time.Second, replica(150, 0.01), ""}},
+		steps: []step{{0, at(1000, 900), ""}, {20 * time.Second, at(5000, 4800), ""}, {40 * time.Second, at(9000, 8700), ""},
+			{60 * time.Second, at(13000, 12900), ""}, {80 * time.Second, at(17000, 16000), ""}},
+	}, {
+		name:   "slow replay: the wait counts from when the oldest WAL not replayed was seen",
+		bounds: ReplicationLag{Time: 30 * time.Second},
+		steps: []step{{0, at(2000, 1000), ""}, {20 * time.Second, at(4000, 1500), ""}, {25 * time.Second, at(4500, 2100), ""},
+			{50 * time.Second, at(5000, 3000), ""}, {56 * time.Second, at(5000, 3900), "waiting to be replayed for 36s"}},
 	}, {
 		name:   "bytes past the bound fail at once",
 		bounds: ReplicationLag{Bytes: 1 << 20},
-		steps:  []step{{0, replica(2<<20, 0.1), "2097152 bytes of WAL received and not replayed (bound 1048576)"}},
+		steps:  []step{{0, at(3<<20, 1<<20), "2097152 bytes of WAL received and not replayed (bound 1048576)"}},
 	}, {
-		name:   "nothing replayed yet: the wait seen counts",
+		name:   "no WAL receiver (archive recovery): nothing seen waiting",
 		bounds: ReplicationLag{Time: 10 * time.Second},
-		steps:  []step{{0, replica(10, nil), ""}, {11 * time.Second, replica(10, nil), "waiting to be replayed for 11s"}},
+		steps:  []step{{0, lagRow(true, nil, int64(500)), ""}, {time.Minute, lagRow(true, nil, int64(500)), ""}},
 	}, {
-		name:   "caught up in between: the wait starts again",
+		name:   "a replica restarted from a checkpoint starts afresh",
 		bounds: ReplicationLag{Time: 10 * time.Second},
-		steps:  []step{{0, replica(10, 5.0), ""}, {8 * time.Second, replica(0, 13.0), ""}, {12 * time.Second, replica(10, 17.0), ""}},
+		steps:  []step{{0, at(2000, 1000), ""}, {8 * time.Second, at(2000, 1000), ""}, {9 * time.Second, at(2000, 500), ""}, {12 * time.Second, at(2000, 600), ""}},
+	}, {
+		name:   "not probed for minutes: starts afresh",
+		bounds: ReplicationLag{Time: 10 * time.Second},
+		steps:  []step{{0, at(2000, 1000), ""}, {5 * time.Minute, at(2000, 1000), ""}, {5*time.Minute + 5*time.Second, at(2100, 1000), ""}},
 	}, {
 		name:   "a primary is never judged",
 		bounds: ReplicationLag{Bytes: 1, Time: time.Second},
-		steps:  []step{{0, row{seen: true, values: []driver.Value{false, int64(0), nil}}, ""}},
+		steps:  []step{{0, lagRow(false, nil, nil), ""}},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -80,5 +92,26 @@ func TestLagTracker(t *testing.T) {
 	}
 	if _, err := newLagTracker(ReplicationLag{}); err == nil {
 		t.Error("no bound accepted")
+	}
+}
+
+// TestLagTrackerBounded: the samples of one replica and the targets stay
+// within their bounds, and the oldest sample is kept.
+func TestLagTrackerBounded(t *testing.T) {
+	l, _ := newLagTracker(ReplicationLag{Time: time.Hour})
+	start := time.Unix(1_700_000_000, 0)
+	target := probes.Target{Host: "10.0.0.1", Port: 5432}
+	for i := range 1000 {
+		_ = l.check(target, lagRow(true, int64(2000+i), int64(1000)), start.Add(time.Duration(i)*time.Second))
+	}
+	tl := l.targets[target.Addr()]
+	if len(tl.samples) > maxSamples || !tl.samples[0].at.Equal(start) {
+		t.Fatalf("%d samples, oldest at %v: want at most %d, the oldest kept", len(tl.samples), tl.samples[0].at, maxSamples)
+	}
+	for i := range maxTargets + 10 {
+		_ = l.check(probes.Target{Host: "10.1.0.1", Port: 1 + i}, lagRow(true, int64(2000), int64(1000)), start)
+	}
+	if len(l.targets) > maxTargets {
+		t.Fatalf("%d targets remembered, want at most %d", len(l.targets), maxTargets)
 	}
 }

@@ -173,11 +173,11 @@ func timeoutMillis(d time.Duration) int64 {
 // Probe logs in to target, runs the query and checks its first column;
 // with MaxReplicationLag, it then checks a replica's lag.
 func (p *Prober) Probe(ctx context.Context, target probes.Target) probes.Result {
-	queries := []query{{text: p.query, cols: 1}}
+	queries := []query{{text: p.query, cols: 1, phase: "query"}}
 	if p.lag != nil {
-		queries = append(queries, query{text: lagQuery, cols: 3})
+		queries = append(queries, query{text: lagQuery, cols: 3, phase: "replication lag query"})
 	}
-	rows, start, failed := p.exec(ctx, target, queries)
+	rows, start, failed := p.exec(ctx, target, queries, nil)
 	switch {
 	case failed != nil:
 		return *failed
@@ -198,8 +198,9 @@ func (p *Prober) Probe(ctx context.Context, target probes.Target) probes.Result 
 // query is a statement exec runs and how many columns of its first row it
 // reads.
 type query struct {
-	text string
-	cols int
+	text  string
+	cols  int
+	phase string // names the query in a failure's message
 }
 
 // row is the first row of a query's result: the columns asked for, when a
@@ -213,7 +214,7 @@ type row struct {
 // closed before it returns, within the context's deadline (which target's
 // budget bounds), under the stream guard's bounds. It returns each query's
 // first row and when it started, or the failed result.
-func (p *Prober) exec(ctx context.Context, target probes.Target, queries []query) (rows []row, start time.Time, failed *probes.Result) {
+func (p *Prober) exec(ctx context.Context, target probes.Target, queries []query, settings map[string]string) (rows []row, start time.Time, failed *probes.Result) {
 	ctx, cancel, start, err := begin(ctx, target)
 	defer cancel()
 	if err != nil {
@@ -234,7 +235,11 @@ func (p *Prober) exec(ctx context.Context, target probes.Target, queries []query
 			rows, failed = nil, &res
 		}
 	}()
-	connector, err := pq.NewConnectorConfig(p.pqConfig(target, time.Until(deadline)))
+	cfg := p.pqConfig(target, time.Until(deadline))
+	for k, v := range settings {
+		cfg.Runtime[k] = v
+	}
+	connector, err := pq.NewConnectorConfig(cfg)
 	if err != nil {
 		r := fail(start, probes.ReasonError, fmt.Errorf("postgresql: %w", err))
 		return nil, start, &r
@@ -254,7 +259,7 @@ func (p *Prober) exec(ctx context.Context, target probes.Target, queries []query
 	for _, q := range queries {
 		values, seen, err := runQuery(ctx, conn, q.text, q.cols)
 		if err != nil {
-			r := failPhase(ctx, start, "query", guard.refusalOr(err))
+			r := failPhase(ctx, start, q.phase, guard.refusalOr(err))
 			return nil, start, &r
 		}
 		rows = append(rows, row{values: values, seen: seen})
@@ -262,18 +267,20 @@ func (p *Prober) exec(ctx context.Context, target probes.Target, queries []query
 	return rows, start, nil
 }
 
-// closeSessionsQuery ends every client session but the prober's own, the
-// other probes' (by their application name, so that a withdrawal does not
+// closeSessionsQuery ends every session but the prober's own, those of
+// the prober's application name (the other probes: a withdrawal must not
 // fail another resource's probe of the pod), superusers' (which only a
 // superuser may end) and replication roles' (WAL senders: a replica
 // streaming from the pod), and counts them. It reads only what
 // pg_stat_activity shows a role without pg_read_all_stats: other
 // sessions' pid, role and application name (their backend_type is NULL);
-// background processes have no role.
+// background processes without a role are left out by the join. It runs
+// with search_path pg_catalog: no schema of the database can redefine an
+// operator it uses.
 const closeSessionsQuery = `SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(a.pid))
 FROM pg_catalog.pg_stat_activity a JOIN pg_catalog.pg_roles r ON r.oid = a.usesysid
 WHERE a.pid <> pg_catalog.pg_backend_pid() AND NOT r.rolsuper AND NOT r.rolreplication
-AND a.application_name IS DISTINCT FROM $$%s$$`
+AND a.application_name IS DISTINCT FROM pg_catalog.current_setting('application_name')`
 
 // CloseSessions logs in to target as a probe does and ends the sessions of
 // its clients with pg_terminate_backend: every session but its own, the
@@ -285,8 +292,7 @@ AND a.application_name IS DISTINCT FROM $$%s$$`
 // database pod that stops receiving traffic (an old primary withdrawn
 // from a write Service): kube-proxy leaves established connections open.
 func (p *Prober) CloseSessions(ctx context.Context, target probes.Target) (int, error) {
-	q := fmt.Sprintf(closeSessionsQuery, strings.ReplaceAll(p.appName, "$", ""))
-	rows, _, failed := p.exec(ctx, target, []query{{text: q, cols: 1}})
+	rows, _, failed := p.exec(ctx, target, []query{{text: closeSessionsQuery, cols: 1, phase: "query"}}, map[string]string{"search_path": "pg_catalog"})
 	if failed != nil {
 		return 0, fmt.Errorf("closing the sessions on %s: %s", target, failed.Message)
 	}

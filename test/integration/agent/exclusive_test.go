@@ -40,6 +40,22 @@ type exclusiveWatch struct {
 	overlaps int
 	since    time.Time
 	ended    bool
+	// fewest is the fewest routable pods since resetFewest.
+	fewest int
+}
+
+// resetFewest starts counting the fewest routable pods from now.
+func (x *exclusiveWatch) resetFewest() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.fewest = len(x.routable)
+}
+
+// fewestRoutable returns the fewest routable pods since resetFewest.
+func (x *exclusiveWatch) fewestRoutable() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.fewest
 }
 
 func watchExclusive(t *testing.T, ns, name, port string) *exclusiveWatch {
@@ -91,6 +107,7 @@ func (x *exclusiveWatch) run() {
 			x.since = time.Time{}
 		}
 		x.routable, x.at = routable, now
+		x.fewest = min(x.fewest, len(routable))
 		close(x.changed)
 		x.changed = make(chan struct{})
 		x.mu.Unlock()
@@ -356,11 +373,9 @@ func TestExclusiveLeaseShortenedWhileHeld(t *testing.T) {
 	holder, other := holderOf(t, x)
 	cut := time.Now()
 	agents[map[string]string{"db-a": nodeA, "db-b": nodeB}[holder]].Stop()
-	if err := controlPlane.Client.Get(context.Background(), client.ObjectKeyFromObject(swh), swh); err != nil {
-		t.Fatal(err)
-	}
-	swh.Spec.Exclusive.LeaseDurationSeconds = 2
-	if err := controlPlane.Client.Update(context.Background(), swh); err != nil {
+	// A merge patch: the controller writes the status meanwhile.
+	shorter := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"exclusive":{"leaseDurationSeconds":2}}}`))
+	if err := controlPlane.Client.Patch(context.Background(), swh, shorter); err != nil {
 		t.Fatal(err)
 	}
 	failover := x.wait(t, 30*time.Second, other).Sub(cut)

@@ -92,6 +92,9 @@ func TestReplicationLagFloor(t *testing.T) {
 	}
 	waitPublished(t, ns, "floored", all("floored"))
 	waitPublished(t, ns, "unfloored", all("unfloored"))
+	x := watchExclusive(t, ns, "floored", "")
+	x.wait(t, 10*time.Second, "db-0", "db-1", "db-2")
+	x.resetFewest()
 
 	if err := primary.Exec(ctx, "CREATE TABLE load (n int)"); err != nil {
 		t.Fatal(err)
@@ -113,6 +116,11 @@ func TestReplicationLagFloor(t *testing.T) {
 	waitReason(t, ns, "floored", "db-1", swhv1alpha1.ReasonReplicationLagKept)
 	waitReason(t, ns, "floored", "db-2", swhv1alpha1.ReasonReplicationLagKept)
 	waitPublished(t, ns, "floored", all("floored"))
+	// The replicas started to lag together: neither left, not even for
+	// the moment before the other was marked kept.
+	if n := x.fewestRoutable(); n < 3 {
+		t.Fatalf("while both replicas started to lag, only %d pods were routable on the floored resource", n)
+	}
 
 	if err := replicas[0].Exec(ctx, "SELECT pg_wal_replay_resume()"); err != nil {
 		t.Fatal(err)

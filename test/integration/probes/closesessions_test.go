@@ -67,6 +67,11 @@ func TestPostgreSQLCloseSessions(t *testing.T) {
 	admin := session(ctx, t, pg, o.User, o.Password, "psql")
 	probe := session(ctx, t, pg, "app", "app-password", "swh-probe")
 
+	var walSender int
+	if err := pg.QueryRow(ctx, "SELECT pid FROM pg_stat_replication", &walSender); err != nil {
+		t.Fatal(err)
+	}
+
 	ungranted := newPostgreSQL(t, postgresql.Config{User: "ungranted", Password: "probe-password"})
 	if _, err := ungranted.CloseSessions(ctx, target(t, pg.Addr())); err == nil || !strings.Contains(err.Error(), "SQLSTATE 42501") {
 		t.Fatalf("a role without pg_signal_backend: %v, want the server's insufficient_privilege (42501)", err)
@@ -95,6 +100,13 @@ func TestPostgreSQLCloseSessions(t *testing.T) {
 	}
 	if !alive(ctx, probe) {
 		t.Error("another probe's session (application_name swh-probe) was ended")
+	}
+	var after int
+	if err := pg.QueryRow(ctx, "SELECT pid FROM pg_stat_replication", &after); err != nil {
+		t.Fatalf("no WAL sender after the closing: %v", err)
+	}
+	if after != walSender {
+		t.Errorf("the replica's WAL sender %d was ended (now %d)", walSender, after)
 	}
 	if err := pg.Exec(ctx, "CREATE TABLE after_close (n int)"); err != nil {
 		t.Fatal(err)

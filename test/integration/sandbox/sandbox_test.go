@@ -350,7 +350,20 @@ func TestSandbox(t *testing.T) {
 		// Two primaries: db-write is exclusive and keeps its holder.
 		s.send("split-brain db-2")
 		s.waitOutput("promoted db-2 while db-1 runs on as a primary", 20*time.Second)
-		time.Sleep(3 * time.Second) // db-2's probes pass the write query
+		// db-2 passes the write query and stands by for the holder.
+		harness.Eventually(t, 30*time.Second, "db-2 standing by on db-write", func() error {
+			list := &discoveryv1.EndpointSliceList{}
+			if err := s.c.List(ctx, list, client.InNamespace("default"), client.MatchingLabels{discoveryv1.LabelServiceName: "db-write"}); err != nil {
+				return err
+			}
+			for _, sl := range list.Items {
+				reasons, err := swhv1alpha1.EndpointReasonsOf(sl.Annotations)
+				if err == nil && reasons["db-2"].Reason == swhv1alpha1.ReasonExclusiveStandby {
+					return nil
+				}
+			}
+			return errors.New("db-2 is not standing by")
+		})
 		s.waitSlices("two primaries, one published", want)
 		s.send("show")
 		s.waitOutput("db-write 5432: exclusive, held by db-1 on node-2", 10*time.Second)
