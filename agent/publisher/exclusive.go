@@ -416,12 +416,9 @@ func leaseWriteTimeout(l *coordinationv1.Lease) time.Duration {
 // "" when there is none. Every agent's slice counts, whatever node it
 // names, so that no entry a kube-proxy would route to is overlooked.
 func (p *Publisher) otherNodeServing(ctx context.Context, view *resourceView, port string) (string, error) {
-	list := &discoveryv1.EndpointSliceList{}
-	if err := p.reader.List(ctx, list, client.InNamespace(view.key.Namespace), client.MatchingLabels{
-		discoveryv1.LabelServiceName: view.key.Name,
-		discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
-	}); err != nil {
-		return "", fmt.Errorf("listing the slices of %s: %w", view.key, err)
+	list, err := p.allSlices(ctx, view.key)
+	if err != nil {
+		return "", err
 	}
 	for i := range list.Items {
 		s := &list.Items[i]
@@ -496,4 +493,18 @@ func (p *Publisher) free(ctx context.Context, l *coordinationv1.Lease) error {
 	writeCtx, cancel := context.WithTimeout(ctx, leaseWriteTimeout(free))
 	defer cancel()
 	return p.client.Update(writeCtx, free)
+}
+
+// allSlices reads every node's agent slices of a resource from the API
+// server: the cache holds only the node's own, and a decision about the
+// other nodes' endpoints must not rest on a stale copy.
+func (p *Publisher) allSlices(ctx context.Context, resource types.NamespacedName) (*discoveryv1.EndpointSliceList, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := p.reader.List(ctx, list, client.InNamespace(resource.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: resource.Name,
+		discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
+	}); err != nil {
+		return nil, fmt.Errorf("listing the slices of %s: %w", resource, err)
+	}
+	return list, nil
 }

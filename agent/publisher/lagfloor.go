@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
@@ -123,12 +121,9 @@ func (p *Publisher) lagOnly(view *resourceView, v endpoints.PodVerdicts, i int, 
 // otherNodesPassing counts the pods other nodes publish ready on port,
 // read from the API server, but those they keep despite their lag.
 func (p *Publisher) otherNodesPassing(ctx context.Context, view *resourceView, port string) (int, error) {
-	list := &discoveryv1.EndpointSliceList{}
-	if err := p.reader.List(ctx, list, client.InNamespace(view.key.Namespace), client.MatchingLabels{
-		discoveryv1.LabelServiceName: view.key.Name,
-		discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
-	}); err != nil {
-		return 0, fmt.Errorf("listing the slices of %s: %w", view.key, err)
+	list, err := p.allSlices(ctx, view.key)
+	if err != nil {
+		return 0, err
 	}
 	kept := map[string]bool{}
 	for pod, r := range reasonsByPort(list.Items)[port] {

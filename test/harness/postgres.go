@@ -176,6 +176,28 @@ func (p *Postgres) DSN(db string) string {
 	return u.String()
 }
 
+// Session opens one connection to database postgres as user, with
+// application name app, and keeps it until the test ends: a client's
+// session, for what a test does to sessions.
+func (p *Postgres) Session(ctx context.Context, t testing.TB, user, password, app string) *sql.Conn {
+	t.Helper()
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(user, password), Host: p.Addr(), Path: "/postgres",
+		RawQuery: "sslmode=disable&connect_timeout=5&application_name=" + url.QueryEscape(app)}
+	db, err := sql.Open("postgres", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatalf("a session of %s on %s: %v", user, p.Addr(), err)
+	}
+	if err := conn.PingContext(ctx); err != nil {
+		t.Fatalf("a session of %s on %s: %v", user, p.Addr(), err)
+	}
+	return conn
+}
+
 // QueryRow runs query as the superuser on database postgres and scans its
 // one row into dest.
 func (p *Postgres) QueryRow(ctx context.Context, query string, dest ...any) error {

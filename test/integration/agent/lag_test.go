@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +13,23 @@ import (
 	"github.com/swh-dev/swh/test/harness"
 )
 
+// replicated starts a primary db-0 on node-a and a streaming replica per
+// node in nodes (db-1, db-2, …), their pods labelled app=db, and the
+// Secret db-credentials of the primary's superuser.
+func replicated(t *testing.T, ns string, nodes ...string) (*harness.Postgres, []*harness.Postgres) {
+	t.Helper()
+	ips := harness.PodIPs(t, 1+len(nodes))
+	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ips[0]})
+	dbPod(t, ns, "db-0", nodeA, ips[0])
+	var replicas []*harness.Postgres
+	for i, node := range nodes {
+		replicas = append(replicas, primary.StartTestReplica(t, ips[1+i], 5432))
+		dbPod(t, ns, fmt.Sprintf("db-%d", 1+i), node, ips[1+i])
+	}
+	credentials(t, ns, "db-credentials", primary)
+	return primary, replicas
+}
+
 // TestReplicationLagWithdrawsAReplica: db-read bounds the replicas' lag;
 // a replica whose replay is paused under writes leaves it with reason
 // replication-lag, and comes back once it replays.
@@ -21,12 +39,8 @@ func TestReplicationLagWithdrawsAReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns := namespace(t)
-	ips := harness.PodIPs(t, 2)
-	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ips[0]})
-	replica := primary.StartTestReplica(t, ips[1], 5432)
-	dbPod(t, ns, "db-0", nodeA, ips[0])
-	dbPod(t, ns, "db-1", nodeB, ips[1])
-	credentials(t, ns, "db-credentials", primary)
+	primary, replicas := replicated(t, ns, nodeB)
+	replica := replicas[0]
 	probe := postgresProbe("SELECT 1", "db-credentials")
 	seconds := int32(2)
 	probe.PostgreSQL.MaxReplicationLag = &swhv1alpha1.PostgreSQLReplicationLag{Seconds: &seconds}
@@ -70,13 +84,7 @@ func TestReplicationLagFloor(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ns := namespace(t)
-	ips := harness.PodIPs(t, 3)
-	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ips[0]})
-	replicas := []*harness.Postgres{primary.StartTestReplica(t, ips[1], 5432), primary.StartTestReplica(t, ips[2], 5432)}
-	dbPod(t, ns, "db-0", nodeA, ips[0])
-	dbPod(t, ns, "db-1", nodeB, ips[1])
-	dbPod(t, ns, "db-2", nodeA, ips[2])
-	credentials(t, ns, "db-credentials", primary)
+	primary, replicas := replicated(t, ns, nodeB, nodeA)
 	seconds, floor := int32(2), int32(2)
 	for name, keep := range map[string]*int32{"floored": &floor, "unfloored": nil} {
 		probe := postgresProbe("SELECT 1", "db-credentials")

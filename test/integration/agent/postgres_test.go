@@ -52,12 +52,8 @@ func TestDatabaseReadWrite(t *testing.T) {
 	startAgent(t, nodeA)
 	startAgent(t, nodeB)
 	ns := namespace(t)
-	ips := harness.PodIPs(t, 2)
-	primary := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ips[0]})
-	replica := primary.StartTestReplica(t, ips[1], 5432)
-	dbPod(t, ns, "db-0", nodeA, ips[0])
-	dbPod(t, ns, "db-1", nodeB, ips[1])
-	credentials(t, ns, "db-credentials", primary)
+	primary, replicas := replicated(t, ns, nodeB)
+	replica := replicas[0]
 	port := []swhv1alpha1.ServicePort{{Port: 5432, TargetPort: intstr.FromString("postgres")}}
 	for name, query := range map[string]string{"db-read": "SELECT 1", "db-write": "SELECT NOT pg_is_in_recovery()"} {
 		swh := resource(ns, name, port, postgresProbe(query, "db-credentials"))

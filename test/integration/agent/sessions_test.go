@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"testing"
 	"time"
 
@@ -16,23 +15,6 @@ import (
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
 )
-
-// appSession opens one connection to pg as role app and keeps it.
-func appSession(ctx context.Context, t *testing.T, pg *harness.Postgres) *sql.Conn {
-	t.Helper()
-	u := url.URL{Scheme: "postgres", User: url.UserPassword("app", "app-password"), Host: pg.Addr(), Path: "/postgres",
-		RawQuery: "sslmode=disable&connect_timeout=5&application_name=orders"}
-	db, err := sql.Open("postgres", u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return conn
-}
 
 // TestCloseSessionsOnWithdrawal: a primary withdrawn from an exclusive
 // write port (its probe's query turns false) has its clients' sessions
@@ -74,11 +56,7 @@ func TestCloseSessionsOnWithdrawal(t *testing.T) {
 	x.wait(t, 30*time.Second, "db-0")
 	var sessions []*sql.Conn
 	for range 3 {
-		c := appSession(ctx, t, pg)
-		if err := c.PingContext(ctx); err != nil {
-			t.Fatal(err)
-		}
-		sessions = append(sessions, c)
+		sessions = append(sessions, pg.Session(ctx, t, "app", "app-password", "orders"))
 	}
 
 	if err := pg.Exec(ctx, "INSERT INTO fence VALUES (now())"); err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -12,27 +11,6 @@ import (
 	"github.com/swh-dev/swh/probes/postgresql"
 	"github.com/swh-dev/swh/test/harness"
 )
-
-// session opens one connection to pg as user with application_name app and
-// keeps it.
-func session(ctx context.Context, t *testing.T, pg *harness.Postgres, user, password, app string) *sql.Conn {
-	t.Helper()
-	u := url.URL{Scheme: "postgres", User: url.UserPassword(user, password), Host: pg.Addr(), Path: "/postgres",
-		RawQuery: "sslmode=disable&connect_timeout=5&application_name=" + url.QueryEscape(app)}
-	db, err := sql.Open("postgres", u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.PingContext(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return conn
-}
 
 // alive reports whether a session still answers.
 func alive(ctx context.Context, c *sql.Conn) bool {
@@ -62,10 +40,10 @@ func TestPostgreSQLCloseSessions(t *testing.T) {
 	}
 	var apps []*sql.Conn
 	for i := range 3 {
-		apps = append(apps, session(ctx, t, pg, "app", "app-password", fmt.Sprintf("orders-%d", i)))
+		apps = append(apps, pg.Session(ctx, t, "app", "app-password", fmt.Sprintf("orders-%d", i)))
 	}
-	admin := session(ctx, t, pg, o.User, o.Password, "psql")
-	probe := session(ctx, t, pg, "app", "app-password", "swh-probe")
+	admin := pg.Session(ctx, t, o.User, o.Password, "psql")
+	probe := pg.Session(ctx, t, "app", "app-password", "swh-probe")
 
 	var walSender int
 	if err := pg.QueryRow(ctx, "SELECT pid FROM pg_stat_replication", &walSender); err != nil {
