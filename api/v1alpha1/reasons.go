@@ -157,6 +157,10 @@ const (
 	// that does not hold an exclusive port published a pod ready on it;
 	// the controller withdrew it.
 	EventReasonExclusiveEndpointWithdrawn = "ExclusiveEndpointWithdrawn"
+	// EventReasonExclusiveLeaseTaken (Warning, controller): a Lease with
+	// the name of an exclusive port's exists and is not the resource's;
+	// the port cannot be held until it is deleted.
+	EventReasonExclusiveLeaseTaken = "ExclusiveLeaseTaken"
 	// EventReasonSessionsClosed (Normal, agent): the agent ended the
 	// clients' sessions on a PostgreSQL pod it withdrew (closeSessions).
 	EventReasonSessionsClosed = "SessionsClosed"

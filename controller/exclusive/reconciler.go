@@ -47,6 +47,9 @@ type Reconciler struct {
 	seen map[types.NamespacedName]sighting
 }
 
+// takenRetry is how soon a Lease name another owner holds is tried again.
+const takenRetry = 10 * time.Second
+
 type sighting struct {
 	resourceVersion string
 	at              time.Time
@@ -102,7 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !swh.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	leases, err := r.syncLeases(ctx, swh)
+	leases, taken, err := r.syncLeases(ctx, swh)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -115,6 +118,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 	}
 	var next time.Duration
+	if taken {
+		next = takenRetry
+	}
 	var errs []error
 	for port, lease := range leases {
 		wait, err := r.expire(ctx, swh, port, lease, slices.Items)
@@ -137,10 +143,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // syncLeases creates the Leases of the resource's exclusive ports, keeps
 // their duration, and deletes the Leases of ports no longer exclusive. It
 // returns the Leases by port name.
-func (r *Reconciler) syncLeases(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) (map[string]*coordinationv1.Lease, error) {
+func (r *Reconciler) syncLeases(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) (leases map[string]*coordinationv1.Lease, taken bool, err error) {
 	list := &coordinationv1.LeaseList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(swh.Namespace), client.MatchingLabels{swhv1alpha1.LabelExclusiveLease: swh.Name}); err != nil {
-		return nil, fmt.Errorf("listing the Leases of %s/%s: %w", swh.Namespace, swh.Name, err)
+		return nil, false, fmt.Errorf("listing the Leases of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
 	existing := map[string]*coordinationv1.Lease{}
 	for i := range list.Items {
@@ -163,9 +169,21 @@ func (r *Reconciler) syncLeases(ctx context.Context, swh *swhv1alpha1.ServiceWit
 				Annotations: map[string]string{swhv1alpha1.AnnotationExclusivePort: swhv1alpha1.ExclusivePortKey(port)},
 			}, Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: &duration}}
 			if err := controllerutil.SetControllerReference(swh, lease, r.Client.Scheme()); err != nil {
-				return nil, fmt.Errorf("owning Lease %s: %w", name, err)
+				return nil, false, fmt.Errorf("owning Lease %s: %w", name, err)
 			}
-			if err := r.Client.Create(ctx, lease); err != nil && !apierrors.IsAlreadyExists(err) {
+			err := r.Client.Create(ctx, lease)
+			if apierrors.IsAlreadyExists(err) {
+				// Not in the list of its Leases: another owner's, or
+				// one the cache does not show yet. Its deletion is no
+				// event here (it has not the label): look again soon,
+				// without the backoff of an error.
+				r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, swhv1alpha1.EventReasonExclusiveLeaseTaken, "CreateLease",
+					"Lease %s/%s for exclusive port %q exists and is not %s's: the port cannot be held until it is deleted",
+					swh.Namespace, name, swhv1alpha1.ExclusivePortKey(port), swh.Name)
+				taken = true
+				continue
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("creating Lease %s/%s: %w", swh.Namespace, name, err))
 				continue
 			}
@@ -188,7 +206,7 @@ func (r *Reconciler) syncLeases(ctx context.Context, swh *swhv1alpha1.ServiceWit
 			errs = append(errs, fmt.Errorf("deleting Lease %s/%s: %w", stale.Namespace, stale.Name, err))
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, taken, errors.Join(errs...)
 }
 
 // expire frees a held Lease that has not changed for its whole duration,

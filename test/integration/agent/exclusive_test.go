@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
@@ -387,4 +390,40 @@ func TestExclusiveLeaseShortenedWhileHeld(t *testing.T) {
 		t.Fatalf("two pods routable %d times, %s in all", n, d)
 	}
 	t.Logf("failover after the holder was cut off and its Lease shortened from 8 s to 2 s: %s", failover.Round(time.Millisecond))
+}
+
+// TestExclusiveLeaseNameTaken: a Lease of the exclusive port's name that
+// is not the resource's is never taken over: the controller says so in
+// an event, and the pods stand by with exclusive-no-lease until it goes.
+func TestExclusiveLeaseNameTaken(t *testing.T) {
+	startAgent(t, nodeA)
+	startAgent(t, nodeB)
+	ns := namespace(t)
+	ctx := context.Background()
+	foreign := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "swh.db.write"}}
+	if err := controlPlane.Client.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	x := watchExclusive(t, ns, "db", "write")
+	primaries(t, ns, &swhv1alpha1.Exclusive{LeaseDurationSeconds: 3})
+	waitReason(t, ns, "db", "db-a", swhv1alpha1.ReasonExclusiveNoLease)
+	harness.Eventually(t, 20*time.Second, "an ExclusiveLeaseTaken event", func() error {
+		list := &eventsv1.EventList{}
+		if err := controlPlane.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == swhv1alpha1.EventReasonExclusiveLeaseTaken {
+				return nil
+			}
+		}
+		return fmt.Errorf("none among %d events", len(list.Items))
+	})
+	if err := controlPlane.Client.Delete(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	holderOf(t, x)
+	if d, n := x.twoRoutable(); n > 0 {
+		t.Fatalf("two pods routable %d times, %s in all", n, d)
+	}
 }
