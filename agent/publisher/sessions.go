@@ -77,10 +77,12 @@ func (p *Publisher) sessionClosings(view *resourceView, before, after map[podPor
 
 // closeSessions ends the sessions of each closing in the background: at
 // once, then at each of sessionsRechecks while the pod stays withdrawn
-// from the ports it was closed for, with the probe's credentials, each
+// from a port it was closed for (stillWithdrawn), with the probe's
+// credentials, each
 // attempt within the probe's timeout; it stops with ctx (the agent
 // stopping). Events tell what the first attempt ended, what later ones
-// ended if any, and a failure.
+// ended if any, and a failure of the first (a later one may meet the pod
+// shutting down: logged only).
 func (p *Publisher) closeSessions(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, closings []closing) {
 	key := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
 	for _, c := range closings {
@@ -104,15 +106,23 @@ func (p *Publisher) endSessionsWhileWithdrawn(ctx context.Context, key types.Nam
 				return
 			case <-time.After(sessionsRechecks[attempt-1]):
 			}
-			if p.readyAgain(key, swh.UID, c.pod.uid, c.ports) {
+			if !p.stillWithdrawn(key, swh.UID, c) {
 				break
 			}
 		}
 		attemptCtx, cancel := context.WithTimeout(ctx, timeout)
 		n, err := p.endSessions(attemptCtx, swh, c)
 		cancel()
+		if ctx.Err() != nil {
+			return // the agent stops
+		}
 		p.metrics.sessionsClosed(n, err)
 		switch {
+		case err != nil && attempt > 0:
+			// A later round: the pod may be shutting down (a rollout),
+			// which ends its sessions anyway.
+			logger.V(1).Info("a later round of ending sessions failed", "error", err.Error())
+			continue
 		case err != nil:
 			logger.Error(err, "ending the clients' sessions on a withdrawn pod")
 			p.emit(ctx, swh, []event{{related: related, eventtype: corev1.EventTypeWarning,
@@ -148,19 +158,31 @@ func (p *Publisher) endSessions(ctx context.Context, swh *swhv1alpha1.ServiceWit
 	return pr.CloseSessions(ctx, c.addr)
 }
 
-// readyAgain reports whether the slices publish the pod ready again on one
-// of ports, as news last told them.
-func (p *Publisher) readyAgain(resource types.NamespacedName, uid, pod types.UID, ports []string) bool {
+// stillWithdrawn reports whether a closing's pod is, as news last told,
+// still published on the resource, not ready on any of the closing's
+// ports (ready again on some but not all, it may still be withdrawn from
+// an exclusive one whose old clients a stale kube-proxy routes there),
+// and probed at the same address: a pod gone, or another pod given its
+// address, is left alone.
+func (p *Publisher) stillWithdrawn(resource types.NamespacedName, uid types.UID, c closing) bool {
 	pub, ok := p.told.get(resource, uid)
 	if !ok {
-		return true // forgotten: the resource is gone; leave its pods be
+		return false // forgotten: the resource is gone
 	}
-	for _, port := range ports {
-		if st, ok := pub.states[podPort{uid: pod, port: port}]; ok && st.ready {
-			return true
+	published, ready := false, 0
+	for _, port := range c.ports {
+		if st, ok := pub.states[podPort{uid: c.pod.uid, port: port}]; ok {
+			published = true
+			if st.ready {
+				ready++
+			}
 		}
 	}
-	return false
+	if !published || ready == len(c.ports) {
+		return false
+	}
+	addr, _, ok := p.targets.get(targetKey{Resource: resource, Pod: c.pod.uid, Probe: c.probe})
+	return ok && addr == c.addr
 }
 
 func podOfUID(pods []*corev1.Pod, uid types.UID) *corev1.Pod {

@@ -316,7 +316,7 @@ type PostgreSQLReplicationLag struct {
 	// replication-lag-kept), so that when every replica lags together
 	// reads are served stale rather than not at all. All such pods are
 	// kept, not only the least lagged; a pod that starts to lag is kept
-	// one period before it may leave. Unset, lagging replicas always
+	// up to one period before it may leave. Unset, lagging replicas always
 	// leave.
 	// +optional
 	// +kubebuilder:validation:Minimum=1

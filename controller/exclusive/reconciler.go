@@ -172,6 +172,9 @@ func (r *Reconciler) syncLeases(ctx context.Context, swh *swhv1alpha1.ServiceWit
 				return nil, false, fmt.Errorf("owning Lease %s: %w", name, err)
 			}
 			err := r.Client.Create(ctx, lease)
+			if apierrors.IsAlreadyExists(err) && r.ownLease(ctx, swh, client.ObjectKeyFromObject(lease)) {
+				continue // the resource's own, not in the cache yet: the next pass has it
+			}
 			if apierrors.IsAlreadyExists(err) {
 				// Not in the list of its Leases: another owner's, or
 				// one the cache does not show yet. Its deletion is no
@@ -207,6 +210,14 @@ func (r *Reconciler) syncLeases(ctx context.Context, swh *swhv1alpha1.ServiceWit
 		}
 	}
 	return out, taken, errors.Join(errs...)
+}
+
+// ownLease reports whether the API server holds the Lease key as the
+// resource's own (the cache may not show it yet); false on a read error,
+// which the next pass repeats.
+func (r *Reconciler) ownLease(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, key types.NamespacedName) bool {
+	lease := &coordinationv1.Lease{}
+	return r.APIReader.Get(ctx, key, lease) == nil && metav1.IsControlledBy(lease, swh)
 }
 
 // expire frees a held Lease that has not changed for its whole duration,

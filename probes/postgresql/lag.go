@@ -37,15 +37,13 @@ CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_wal_lsn_diff(pg_cata
 CASE WHEN pg_catalog.pg_is_in_recovery() THEN pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_last_wal_replay_lsn(), '0/0')::bigint END`
 
 // Bounds of what a prober remembers: the targets, and the samples of one.
-// Past maxTargets it forgets them all, and past maxSamples it drops the
-// samples after the oldest: a lag then reads shorter (a withdrawal comes
-// later), never longer.
+// Past maxTargets it forgets them all (a lag then reads shorter, never
+// longer); past maxSamples it keeps the oldest sample and every other
+// one after it, and samples half as often, so that the lag reads short by
+// a few percent of its span at most.
 const (
 	maxTargets = 4096
 	maxSamples = 64
-	// staleAfter: a target not probed for this long (its pod gone, the
-	// prober's schedule paused) starts afresh.
-	staleAfter = 2 * time.Minute
 )
 
 // sample is a receive position and when the prober saw it.
@@ -58,7 +56,9 @@ type sample struct {
 type targetLag struct {
 	samples  []sample
 	replayed int64
-	seen     time.Time
+	// spacing is the least time between two samples: it doubles each time
+	// the samples are thinned.
+	spacing time.Duration
 }
 
 // lagTracker checks a replica's lag and remembers, per target, the
@@ -93,10 +93,11 @@ func (l *lagTracker) check(target probes.Target, r row, now time.Time) error {
 	if !okReceived || received < replayed {
 		received = replayed // no WAL receiver (archive recovery): nothing seen waiting
 	}
+	// Observed first, whatever fails: the samples must not miss a probe.
+	waited := l.observe(key, now, received, replayed)
 	if pending := received - replayed; l.bounds.Bytes > 0 && pending > l.bounds.Bytes {
 		return fmt.Errorf("postgresql: the replica has %d bytes of WAL received and not replayed (bound %d)", pending, l.bounds.Bytes)
 	}
-	waited := l.observe(key, now, received, replayed)
 	if l.bounds.Time > 0 && waited > l.bounds.Time {
 		return fmt.Errorf("postgresql: the replica has had WAL waiting to be replayed for %s (bound %s); %d bytes wait",
 			waited.Round(time.Millisecond), l.bounds.Time, received-replayed)
@@ -111,15 +112,15 @@ func (l *lagTracker) observe(key string, now time.Time, received, replayed int64
 	defer l.mu.Unlock()
 	t := l.targets[key]
 	// A replica that replays from further back (it restarted from a
-	// checkpoint) or that the prober has not seen for long starts afresh.
-	if t == nil || replayed < t.replayed || now.Sub(t.seen) > staleAfter {
+	// checkpoint, or another server took the address) starts afresh.
+	if t == nil || replayed < t.replayed {
 		if t == nil && len(l.targets) >= maxTargets {
 			clear(l.targets)
 		}
 		t = &targetLag{}
 		l.targets[key] = t
 	}
-	t.seen, t.replayed = now, replayed
+	t.replayed = replayed
 	// Drop what has been replayed: the oldest sample left is the oldest
 	// WAL still waiting.
 	kept := t.samples[:0]
@@ -129,9 +130,21 @@ func (l *lagTracker) observe(key string, now time.Time, received, replayed int64
 		}
 	}
 	t.samples = kept
-	if received > replayed && (len(t.samples) == 0 || received > t.samples[len(t.samples)-1].received) {
+	if len(t.samples) == 0 {
+		t.spacing = 0
+	}
+	if received > replayed && (len(t.samples) == 0 ||
+		received > t.samples[len(t.samples)-1].received && now.Sub(t.samples[len(t.samples)-1].at) >= t.spacing) {
 		if len(t.samples) == maxSamples {
-			t.samples = append(t.samples[:1], t.samples[2:]...)
+			// Keep the oldest and every other one, and take new ones
+			// half as often: the samples stay evenly spread over the
+			// wait, so a lag reads short by a sample's spacing at most.
+			thinned := t.samples[:1]
+			for i := 2; i < len(t.samples); i += 2 {
+				thinned = append(thinned, t.samples[i])
+			}
+			t.samples = thinned
+			t.spacing = 2 * max(t.spacing, now.Sub(t.samples[len(t.samples)-1].at)/time.Duration(len(t.samples)))
 		}
 		t.samples = append(t.samples, sample{at: now, received: received})
 	}

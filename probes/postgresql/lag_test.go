@@ -64,9 +64,13 @@ func TestLagTracker(t *testing.T) {
 		bounds: ReplicationLag{Time: 10 * time.Second},
 		steps:  []step{{0, at(2000, 1000), ""}, {8 * time.Second, at(2000, 1000), ""}, {9 * time.Second, at(2000, 500), ""}, {12 * time.Second, at(2000, 600), ""}},
 	}, {
-		name:   "not probed for minutes: starts afresh",
-		bounds: ReplicationLag{Time: 10 * time.Second},
-		steps:  []step{{0, at(2000, 1000), ""}, {5 * time.Minute, at(2000, 1000), ""}, {5*time.Minute + 5*time.Second, at(2100, 1000), ""}},
+		name:   "probed every 10 minutes: the wait spans the probes",
+		bounds: ReplicationLag{Time: 15 * time.Minute},
+		steps:  []step{{0, at(2000, 1000), ""}, {10 * time.Minute, at(3000, 1500), ""}, {20 * time.Minute, at(4000, 1900), "waiting to be replayed for 20m0s"}},
+	}, {
+		name:   "a bytes failure still records the wait",
+		bounds: ReplicationLag{Bytes: 5000, Time: 30 * time.Second},
+		steps:  []step{{0, at(20000, 1000), "bytes of WAL received"}, {20 * time.Second, at(20000, 15000), ""}, {31 * time.Second, at(20000, 16000), "waiting to be replayed for 31s"}},
 	}, {
 		name:   "a primary is never judged",
 		bounds: ReplicationLag{Bytes: 1, Time: time.Second},
@@ -107,6 +111,15 @@ func TestLagTrackerBounded(t *testing.T) {
 	tl := l.targets[target.Addr()]
 	if len(tl.samples) > maxSamples || !tl.samples[0].at.Equal(start) {
 		t.Fatalf("%d samples, oldest at %v: want at most %d, the oldest kept", len(tl.samples), tl.samples[0].at, maxSamples)
+	}
+	// Replay passes the oldest sample: the next oldest left is within a
+	// few percent of the true wait (WAL 1001.. was seen at 1 s, 2000+i at
+	// i s, 1000 probes in all).
+	now := start.Add(1000 * time.Second)
+	_ = l.check(target, lagRow(true, int64(3000), int64(2500)), now)
+	waited := now.Sub(l.targets[target.Addr()].samples[0].at)
+	if trueWait := 499 * time.Second; waited > trueWait || waited < trueWait*95/100 {
+		t.Fatalf("after thinning, the oldest WAL waiting reads as waiting for %s, want %s or a few percent less", waited, trueWait)
 	}
 	for i := range maxTargets + 10 {
 		_ = l.check(probes.Target{Host: "10.1.0.1", Port: 1 + i}, lagRow(true, int64(2000), int64(1000)), start)
