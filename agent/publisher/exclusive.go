@@ -165,7 +165,7 @@ func (p *Publisher) exclusive(ctx context.Context, view *resourceView, verdicts 
 	for _, port := range view.exclusive {
 		candidates := passingOn(verdicts, port.index)
 		if len(candidates) == 0 {
-			if port.lease != nil && holderOf(port.lease) == p.nodeName {
+			if port.lease != nil && swhv1alpha1.ExclusiveLeaseHolder(port.lease) == p.nodeName {
 				out.release = append(out.release, port.lease)
 			}
 			continue
@@ -240,12 +240,12 @@ func (p *Publisher) pick(port exclusivePort, candidates []endpoints.PodVerdicts)
 		return endpoints.PodVerdicts{}, cause{kind: causeStandby, reason: swhv1alpha1.ReasonExclusiveNoLease,
 			text: fmt.Sprintf("port %q is exclusive and its Lease is not created yet", port.name)}
 	}
-	if holder := holderOf(port.lease); holder != "" && holder != p.nodeName {
+	if holder := swhv1alpha1.ExclusiveLeaseHolder(port.lease); holder != "" && holder != p.nodeName {
 		return endpoints.PodVerdicts{}, cause{kind: causeStandby, reason: swhv1alpha1.ReasonExclusiveStandby,
 			text: fmt.Sprintf("port %q is exclusive and pod %s on node %s holds it", port.name, port.lease.Annotations[swhv1alpha1.AnnotationHolderPod], holder)}
 	}
 	named := ""
-	if holderOf(port.lease) == p.nodeName {
+	if swhv1alpha1.ExclusiveLeaseHolder(port.lease) == p.nodeName {
 		named = port.lease.Annotations[swhv1alpha1.AnnotationHolderPod]
 	}
 	slices.SortFunc(candidates, func(a, b endpoints.PodVerdicts) int {
@@ -268,13 +268,6 @@ func rank(v endpoints.PodVerdicts, named string) int {
 	return r
 }
 
-func holderOf(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
-}
-
 // hold takes or renews the port's Lease for pod as needed and reports
 // whether the node may publish it; when it may not, the cause says why.
 func (p *Publisher) hold(ctx context.Context, view *resourceView, port exclusivePort, pod endpoints.PodVerdicts) (holding, cause) {
@@ -289,7 +282,7 @@ func (p *Publisher) hold(ctx context.Context, view *resourceView, port exclusive
 	// resized it): a write, which checks the resourceVersion, decides.
 	// While the cache is behind the node's own take, that write conflicts
 	// and the re-read finds the node holding it.
-	trusted := st.lease != nil && holderOf(port.lease) == p.nodeName && leaseDuration(port.lease) == leaseDuration(st.lease)
+	trusted := st.lease != nil && swhv1alpha1.ExclusiveLeaseHolder(port.lease) == p.nodeName && swhv1alpha1.ExclusiveLeaseDuration(port.lease) == swhv1alpha1.ExclusiveLeaseDuration(st.lease)
 	if !trusted || !now.Before(st.renewAt) || st.pod != pod.Pod.Name {
 		base := port.lease
 		if trusted {
@@ -298,7 +291,7 @@ func (p *Publisher) hold(ctx context.Context, view *resourceView, port exclusive
 		written, took, start, err := p.writeLease(ctx, base, pod.Pod.Name)
 		switch {
 		case err == nil:
-			duration := leaseDuration(written)
+			duration := swhv1alpha1.ExclusiveLeaseDuration(written)
 			st = holding{uid: written.UID, lease: written, pod: pod.Pod.Name,
 				renewAt: start.Add(duration / renewFraction), validUntil: start.Add(time.Duration(float64(duration) * validityFraction)),
 				handedOver: st.handedOver && !took}
@@ -348,15 +341,15 @@ var errHeldElsewhere = errors.New("held by another node")
 // from.
 func (p *Publisher) writeLease(ctx context.Context, base *coordinationv1.Lease, pod string) (*coordinationv1.Lease, bool, time.Time, error) {
 	for attempt := 0; ; attempt++ {
-		if h := holderOf(base); h != "" && h != p.nodeName {
+		if h := swhv1alpha1.ExclusiveLeaseHolder(base); h != "" && h != p.nodeName {
 			return nil, false, time.Time{}, fmt.Errorf("port %q is exclusive and pod %s on node %s holds it: %w",
 				base.Annotations[swhv1alpha1.AnnotationExclusivePort], base.Annotations[swhv1alpha1.AnnotationHolderPod], h, errHeldElsewhere)
 		}
-		took := holderOf(base) != p.nodeName
+		took := swhv1alpha1.ExclusiveLeaseHolder(base) != p.nodeName
 		l := base.DeepCopy()
 		start := time.Now()
 		now := metav1.NewMicroTime(start)
-		if holderOf(l) != p.nodeName {
+		if swhv1alpha1.ExclusiveLeaseHolder(l) != p.nodeName {
 			node := p.nodeName
 			l.Spec.HolderIdentity = &node
 			l.Spec.AcquireTime = &now
@@ -397,18 +390,10 @@ func (p *Publisher) readLease(ctx context.Context, l *coordinationv1.Lease) (*co
 	return fresh, nil
 }
 
-// leaseDuration is a Lease's duration; 15 s when it has none.
-func leaseDuration(l *coordinationv1.Lease) time.Duration {
-	if l == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
-		return 15 * time.Second
-	}
-	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-}
-
 // leaseWriteTimeout bounds a Lease write to a third of its duration: an
 // answer later than that is worth nothing to a holder.
 func leaseWriteTimeout(l *coordinationv1.Lease) time.Duration {
-	return leaseDuration(l) / renewFraction
+	return swhv1alpha1.ExclusiveLeaseDuration(l) / renewFraction
 }
 
 // otherNodeServing reads the resource's slices from the API server and
@@ -448,7 +433,7 @@ func (p *Publisher) otherNodeServing(ctx context.Context, view *resourceView, po
 // heldEvent tells that the node took the port or moved it to another of
 // its pods, once per change.
 func (p *Publisher) heldEvent(view *resourceView, port exclusivePort, st holding) (event, bool) {
-	if holderOf(port.lease) == p.nodeName && port.lease.Annotations[swhv1alpha1.AnnotationHolderPod] == st.pod {
+	if swhv1alpha1.ExclusiveLeaseHolder(port.lease) == p.nodeName && port.lease.Annotations[swhv1alpha1.AnnotationHolderPod] == st.pod {
 		return event{}, false
 	}
 	related := &corev1.ObjectReference{Kind: "Lease", APIVersion: "coordination.k8s.io/v1", Namespace: view.key.Namespace, Name: port.lease.Name}
@@ -471,7 +456,7 @@ func (p *Publisher) release(ctx context.Context, leases []*coordinationv1.Lease)
 		if apierrors.IsConflict(err) {
 			// Changed since (resized, say): free it again if still ours.
 			var fresh *coordinationv1.Lease
-			if fresh, err = p.readLease(ctx, base); err == nil && holderOf(fresh) == p.nodeName {
+			if fresh, err = p.readLease(ctx, base); err == nil && swhv1alpha1.ExclusiveLeaseHolder(fresh) == p.nodeName {
 				err = p.free(ctx, fresh)
 			}
 		}
@@ -486,10 +471,7 @@ func (p *Publisher) release(ctx context.Context, leases []*coordinationv1.Lease)
 
 // free writes the Lease with no holder.
 func (p *Publisher) free(ctx context.Context, l *coordinationv1.Lease) error {
-	free := l.DeepCopy()
-	free.Spec.HolderIdentity = nil
-	free.Spec.AcquireTime, free.Spec.RenewTime = nil, nil
-	delete(free.Annotations, swhv1alpha1.AnnotationHolderPod)
+	free := swhv1alpha1.FreedExclusiveLease(l)
 	writeCtx, cancel := context.WithTimeout(ctx, leaseWriteTimeout(free))
 	defer cancel()
 	return p.client.Update(writeCtx, free)

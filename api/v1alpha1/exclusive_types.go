@@ -3,6 +3,9 @@ package v1alpha1
 import (
 	"slices"
 	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // Exclusive makes ports on which at most one pod of the whole cluster is
@@ -87,10 +90,43 @@ func (s *ServiceWithHealthchecksSpec) IsExclusive(name string) bool {
 	return false
 }
 
+// DefaultExclusiveLeaseSeconds is spec.exclusive.leaseDurationSeconds when
+// unset.
+const DefaultExclusiveLeaseSeconds = 15
+
 // LeaseDuration is spec.exclusive.leaseDurationSeconds, or its default.
 func (e *Exclusive) LeaseDuration() int32 {
 	if e == nil || e.LeaseDurationSeconds == 0 {
-		return 15
+		return DefaultExclusiveLeaseSeconds
 	}
 	return e.LeaseDurationSeconds
+}
+
+// ExclusiveLeaseHolder is the node that holds an exclusive port's Lease
+// (its holderIdentity), "" when the Lease is free or nil.
+func ExclusiveLeaseHolder(l *coordinationv1.Lease) string {
+	if l == nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// ExclusiveLeaseDuration is a Lease's duration; the default when it has
+// none.
+func ExclusiveLeaseDuration(l *coordinationv1.Lease) time.Duration {
+	if l == nil || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
+		return DefaultExclusiveLeaseSeconds * time.Second
+	}
+	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+}
+
+// FreedExclusiveLease returns a copy of an exclusive port's Lease with no
+// holder: no holderIdentity, times or holder pod. Written with the Lease's
+// resourceVersion, it frees the port unless someone wrote meanwhile.
+func FreedExclusiveLease(l *coordinationv1.Lease) *coordinationv1.Lease {
+	free := l.DeepCopy()
+	free.Spec.HolderIdentity = nil
+	free.Spec.AcquireTime, free.Spec.RenewTime = nil, nil
+	delete(free.Annotations, AnnotationHolderPod)
+	return free
 }

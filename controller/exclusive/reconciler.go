@@ -191,7 +191,7 @@ func (r *Reconciler) syncLeases(ctx context.Context, swh *swhv1alpha1.ServiceWit
 				continue
 			}
 		case lease.Spec.LeaseDurationSeconds == nil || *lease.Spec.LeaseDurationSeconds != duration:
-			old := leaseDuration(lease)
+			old := swhv1alpha1.ExclusiveLeaseDuration(lease)
 			lease = lease.DeepCopy()
 			lease.Spec.LeaseDurationSeconds = &duration
 			if err := r.Client.Update(ctx, lease); err != nil {
@@ -224,13 +224,13 @@ func (r *Reconciler) ownLease(ctx context.Context, swh *swhv1alpha1.ServiceWithH
 // after withdrawing its holder's endpoints on the port; it returns how
 // long until the Lease expires when it has not yet.
 func (r *Reconciler) expire(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, port string, lease *coordinationv1.Lease, slices []discoveryv1.EndpointSlice) (time.Duration, error) {
-	holder := holderOf(lease)
+	holder := swhv1alpha1.ExclusiveLeaseHolder(lease)
 	key := client.ObjectKeyFromObject(lease)
 	if holder == "" || lease.ResourceVersion == "" {
 		return 0, nil
 	}
 	seen := r.sight(key, lease.ResourceVersion)
-	duration := max(leaseDuration(lease), seen.floor)
+	duration := max(swhv1alpha1.ExclusiveLeaseDuration(lease), seen.floor)
 	left := duration - time.Since(seen.at)
 	if left > 0 {
 		return left + 50*time.Millisecond, nil
@@ -248,11 +248,8 @@ func (r *Reconciler) expire(ctx context.Context, swh *swhv1alpha1.ServiceWithHea
 	if err != nil {
 		return time.Second, fmt.Errorf("withdrawing the expired holder %s of %s/%s port %q: %w", holder, swh.Namespace, swh.Name, port, err)
 	}
-	free := lease.DeepCopy()
-	free.Spec.HolderIdentity = nil
-	free.Spec.AcquireTime, free.Spec.RenewTime = nil, nil
-	pod := free.Annotations[swhv1alpha1.AnnotationHolderPod]
-	delete(free.Annotations, swhv1alpha1.AnnotationHolderPod)
+	pod := lease.Annotations[swhv1alpha1.AnnotationHolderPod]
+	free := swhv1alpha1.FreedExclusiveLease(lease)
 	if err := r.Client.Update(ctx, free); err != nil {
 		if apierrors.IsConflict(err) {
 			return 0, nil // renewed meanwhile: the Lease's event brings it back
@@ -270,7 +267,7 @@ func (r *Reconciler) expire(ctx context.Context, swh *swhv1alpha1.ServiceWithHea
 // ready or serving on the port, once the API server confirms the Lease is
 // not theirs.
 func (r *Reconciler) police(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks, port string, lease *coordinationv1.Lease, slices []discoveryv1.EndpointSlice) error {
-	holder := holderOf(lease)
+	holder := swhv1alpha1.ExclusiveLeaseHolder(lease)
 	suspects := map[string]bool{}
 	for i := range slices {
 		if node := serving(&slices[i], port); node != "" && node != holder {
@@ -284,7 +281,7 @@ func (r *Reconciler) police(ctx context.Context, swh *swhv1alpha1.ServiceWithHea
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(lease), fresh); err != nil {
 		return fmt.Errorf("reading Lease %s/%s: %w", lease.Namespace, lease.Name, err)
 	}
-	holder = holderOf(fresh)
+	holder = swhv1alpha1.ExclusiveLeaseHolder(fresh)
 	withdrawn, err := r.withdraw(ctx, port, slices, func(node string) bool { return suspects[node] && node != holder })
 	if withdrawn > 0 {
 		r.Recorder.Eventf(swh, nil, corev1.EventTypeWarning, swhv1alpha1.EventReasonExclusiveEndpointWithdrawn, "WithdrawEndpoints",
@@ -372,14 +369,6 @@ func (r *Reconciler) resized(key types.NamespacedName, rv string, old time.Durat
 	r.seen[key] = sighting{resourceVersion: rv, at: at, floor: max(old, prev.floor)}
 }
 
-// leaseDuration is a Lease's duration; 15 s when it has none.
-func leaseDuration(l *coordinationv1.Lease) time.Duration {
-	if l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds <= 0 {
-		return 15 * time.Second
-	}
-	return time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
-}
-
 // forget drops what the controller saw of a deleted resource's Leases.
 func (r *Reconciler) forget(resource types.NamespacedName) {
 	r.mu.Lock()
@@ -390,11 +379,4 @@ func (r *Reconciler) forget(resource types.NamespacedName) {
 			delete(r.seen, key)
 		}
 	}
-}
-
-func holderOf(l *coordinationv1.Lease) string {
-	if l == nil || l.Spec.HolderIdentity == nil {
-		return ""
-	}
-	return *l.Spec.HolderIdentity
 }
