@@ -30,6 +30,30 @@ func replicated(t *testing.T, ns string, nodes ...string) (*harness.Postgres, []
 	return primary, replicas
 }
 
+// lagUnderWrites pauses the replicas' replay and inserts a row on the
+// primary every 50 ms until the test ends: WAL waits to be replayed.
+func lagUnderWrites(ctx context.Context, t *testing.T, primary *harness.Postgres, replicas ...*harness.Postgres) {
+	t.Helper()
+	if err := primary.Exec(ctx, "CREATE TABLE load (n int)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range replicas {
+		if err := r.Exec(ctx, "SELECT pg_wal_replay_pause()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	done := make(chan struct{})
+	t.Cleanup(func() { stopLoad(); <-done })
+	go func() {
+		defer close(done)
+		for loadCtx.Err() == nil {
+			_ = primary.Exec(loadCtx, "INSERT INTO load VALUES (1)")
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+}
+
 // TestReplicationLagWithdrawsAReplica: db-read bounds the replicas' lag;
 // a replica whose replay is paused under writes leaves it with reason
 // replication-lag, and comes back once it replays.
@@ -51,20 +75,7 @@ func TestReplicationLagWithdrawsAReplica(t *testing.T) {
 	}
 	waitPublished(t, ns, "db-read", map[string]string{"db-read-node-a": "db-0:TTF", "db-read-node-b": "db-1:TTF"})
 
-	if err := primary.Exec(ctx, "CREATE TABLE load (n int)"); err != nil {
-		t.Fatal(err)
-	}
-	if err := replica.Exec(ctx, "SELECT pg_wal_replay_pause()"); err != nil {
-		t.Fatal(err)
-	}
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	go func() {
-		for loadCtx.Err() == nil {
-			_ = primary.Exec(loadCtx, "INSERT INTO load VALUES (1)")
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	lagUnderWrites(ctx, t, primary, replica)
 	waitPublished(t, ns, "db-read", map[string]string{"db-read-node-a": "db-0:TTF", "db-read-node-b": "db-1:FFF"})
 	waitReason(t, ns, "db-read", "db-1", string(probes.ReasonReplicationLag))
 
@@ -104,22 +115,7 @@ func TestReplicationLagFloor(t *testing.T) {
 	x.wait(t, 10*time.Second, "db-0", "db-1", "db-2")
 	x.resetFewest()
 
-	if err := primary.Exec(ctx, "CREATE TABLE load (n int)"); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range replicas {
-		if err := r.Exec(ctx, "SELECT pg_wal_replay_pause()"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	go func() {
-		for loadCtx.Err() == nil {
-			_ = primary.Exec(loadCtx, "INSERT INTO load VALUES (1)")
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	lagUnderWrites(ctx, t, primary, replicas...)
 	waitPublished(t, ns, "unfloored", map[string]string{"unfloored-node-a": "db-0:TTF,db-2:FFF", "unfloored-node-b": "db-1:FFF"})
 	waitReason(t, ns, "floored", "db-1", swhv1alpha1.ReasonReplicationLagKept)
 	waitReason(t, ns, "floored", "db-2", swhv1alpha1.ReasonReplicationLagKept)
