@@ -59,9 +59,23 @@ const (
 	ReasonProtocol    Reason = "protocol"    // the server did not speak the expected protocol
 
 	// HTTP.
-	ReasonHTTPStatus Reason = "http-status" // the response status is not an expected one
+	ReasonHTTPStatus   Reason = "http-status"   // the response status is not an expected one
+	ReasonBodyMismatch Reason = "body-mismatch" // the response body does not match within the bytes read
 
-	// PostgreSQL (package probes/postgresql).
+	// TCP send/expect scripts.
+	ReasonExpectMismatch Reason = "expect-mismatch" // what the server sent does not match a step's expect
+
+	// gRPC health (package probes/grpchealth).
+	ReasonGRPCNotServing     Reason = "grpc-not-serving"     // the health service answered NOT_SERVING or UNKNOWN
+	ReasonGRPCServiceUnknown Reason = "grpc-service-unknown" // the health service does not know the service name
+	ReasonGRPCUnimplemented  Reason = "grpc-unimplemented"   // the server has no grpc.health.v1.Health service
+	ReasonGRPCStatus         Reason = "grpc-status"          // the call ended with another gRPC status code
+
+	// Redis (package probes/redis).
+	ReasonWrongRole       Reason = "wrong-role"        // the server is not in the role the probe asks for (master, replica)
+	ReasonReplicaLinkDown Reason = "replica-link-down" // a replica is not connected to its master, or is still syncing
+
+	// Databases (packages probes/postgresql, probes/mysql, probes/redis).
 	ReasonAuth               Reason = "auth"                 // authentication failed (SQLSTATE 28000, 28P01)
 	ReasonDBMissing          Reason = "db-missing"           // the database does not exist (3D000)
 	ReasonTooManyConnections Reason = "too-many-connections" // no connection slot left (53300)
