@@ -2,9 +2,10 @@
 // HTTP(S) probers, a threshold tracker that turns their results into a
 // healthy/unhealthy state, and a scheduler that runs many of them
 // periodically. It depends on the standard library only and knows nothing
-// of Kubernetes. The PostgreSQL prober is in package
-// github.com/swh-dev/swh/probes/postgresql, which imports github.com/lib/pq
-// (and so registers its database/sql driver) for its importers only.
+// of Kubernetes. Protocol probers live in subpackages, so that a program
+// links only those it uses: probes/grpchealth (gRPC health), probes/redis
+// and probes/mysql; probes/postgresql imports github.com/lib/pq (and so
+// registers its database/sql driver) for its importers only.
 //
 // # Probers
 //
@@ -26,10 +27,14 @@
 // and opens one connection per probe, which it closes before returning:
 //
 //   - TCPProber connects and closes, writing nothing. It closes with a reset
-//     (SO_LINGER 0) so that frequent probes leave no TIME_WAIT sockets.
+//     (SO_LINGER 0) so that frequent probes leave no TIME_WAIT sockets. With
+//     Steps it holds a short conversation instead (an SMTP banner, a Redis
+//     PING): each step sends bytes and expects a literal or an RE2 regular
+//     expression in what arrives, optionally inside TLS.
 //   - HTTPProber sends one GET or HEAD without keep-alive, does not follow
 //     redirects, reads at most a small part of the body and passes on the
-//     expected status codes (200-399 by default; see ParseStatusCodes).
+//     expected status codes (200-399 by default; see ParseStatusCodes) and,
+//     with ExpectBody, a match within the body's first KiB.
 //   - postgresql.Prober logs in (with TLS modes disable, require, verify-ca
 //     and verify-full, certificates in memory), runs a query and passes when
 //     it completes and its first column, if any, is not false.
@@ -42,7 +47,9 @@
 //
 // A probe costs a bounded amount of memory and time whatever the server
 // sends: the context's deadline closes the socket in any phase; HTTP reads
-// at most 64 KiB of headers and a few KiB of body; PostgreSQL checks every
+// at most 64 KiB of headers and a few KiB of body (at most 64 KiB searched
+// by ExpectBody); a TCP script reads at most MaxExpectBytes per step;
+// PostgreSQL checks every
 // message before lib/pq parses it (see package postgresql). A Result's
 // Message holds at most MaxMessageBytes.
 //

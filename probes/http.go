@@ -3,7 +3,6 @@ package probes
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -76,6 +75,14 @@ type HTTPConfig struct {
 	// MaxBodyBytes is how much of the body is read and discarded: 0 means
 	// DefaultMaxBodyBytes, a negative value means none.
 	MaxBodyBytes int64
+	// ExpectBody, when set, must match within the first ExpectBodyBytes
+	// of the body (decoded from chunked, never decompressed) of a
+	// response whose status is expected; else the probe fails with
+	// ReasonBodyMismatch. A HEAD request has no body to match.
+	ExpectBody *Expect
+	// ExpectBodyBytes is how much of the body ExpectBody searches: 0 means
+	// DefaultExpectBodyBytes, at most MaxExpectBodyBytes.
+	ExpectBodyBytes int
 	// Dialer opens the connection; nil means a net.Dialer.
 	Dialer Dialer
 }
@@ -91,6 +98,8 @@ type HTTPProber struct {
 	header    http.Header // shared by every request: the transport only reads it
 	codes     StatusCodes
 	maxBody   int64
+	body      *matcher // nil: the body is not matched
+	bodyBytes int      // how much of the body body searches
 	transport *http.Transport
 }
 
@@ -144,6 +153,21 @@ func NewHTTP(cfg HTTPConfig) (*HTTPProber, error) {
 	if len(cfg.ExpectedStatusCodes) > 0 {
 		if p.codes, err = parseStatusCodes(cfg.ExpectedStatusCodes); err != nil {
 			return nil, fmt.Errorf("probes: http: %w", err)
+		}
+	}
+
+	if cfg.ExpectBody != nil {
+		if p.method == http.MethodHead {
+			return nil, errors.New("probes: http: ExpectBody needs method GET: a HEAD response has no body")
+		}
+		if p.body, err = compileExpect(*cfg.ExpectBody); err != nil {
+			return nil, fmt.Errorf("probes: http: ExpectBody: %w", err)
+		}
+		switch p.bodyBytes = cfg.ExpectBodyBytes; {
+		case p.bodyBytes == 0:
+			p.bodyBytes = DefaultExpectBodyBytes
+		case p.bodyBytes < 0 || p.bodyBytes > MaxExpectBodyBytes:
+			return nil, fmt.Errorf("probes: http: ExpectBodyBytes %d out of range 1-%d", cfg.ExpectBodyBytes, MaxExpectBodyBytes)
 		}
 	}
 
@@ -280,19 +304,11 @@ func isToken(s string) bool {
 }
 
 func httpTLSConfig(cfg HTTPConfig, serverName string) (*tls.Config, error) {
-	if cfg.InsecureSkipVerify && len(cfg.CACert) > 0 {
-		return nil, errors.New("probes: http: CACert and InsecureSkipVerify are mutually exclusive")
-	}
 	// An empty ServerName makes the transport use the dialed host, so a
 	// certificate for the pod IP verifies without Host.
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName, InsecureSkipVerify: cfg.InsecureSkipVerify}
-	if len(cfg.CACert) > 0 {
-		// Root CAs verify the server; client CAs would only matter to a
-		// server, and would leave the system roots in charge here.
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(cfg.CACert) {
-			return nil, errors.New("probes: http: CACert holds no PEM certificate")
-		}
+	tc, err := clientTLSConfig(serverName, cfg.CACert, cfg.InsecureSkipVerify)
+	if err != nil {
+		return nil, fmt.Errorf("probes: http: %w", err)
 	}
 	return tc, nil
 }
@@ -354,6 +370,15 @@ func (p *HTTPProber) Probe(ctx context.Context, target Target) Result {
 			statusErr.Body, read = bodySnippet(resp.Body, min(p.maxBody, 256))
 		}
 	}
+	var mismatch error
+	if statusErr == nil && p.body != nil {
+		var n int
+		if n, mismatch = p.matchBody(resp.Body); mismatch != nil && !isMismatch(mismatch) {
+			err := fmt.Errorf("reading the body of HTTP %s: %w", resp.Status, mismatch)
+			return fail(start, classifyHTTP(ctx, err), err)
+		}
+		read = int64(n)
+	}
 	if p.maxBody > read {
 		if _, err := io.CopyN(io.Discard, resp.Body, p.maxBody-read); err != nil && err != io.EOF {
 			err = fmt.Errorf("reading the body of HTTP %s: %w", resp.Status, err)
@@ -363,7 +388,39 @@ func (p *HTTPProber) Probe(ctx context.Context, target Target) Result {
 	if statusErr != nil {
 		return fail(start, ReasonHTTPStatus, statusErr)
 	}
+	if mismatch != nil {
+		return fail(start, ReasonBodyMismatch, fmt.Errorf("HTTP %s: %w", cutText(resp.Status, maxStatusBytes), mismatch))
+	}
+	if p.body != nil {
+		return pass(start, "HTTP "+cutText(resp.Status, maxStatusBytes)+", body matches")
+	}
 	return pass(start, "HTTP "+cutText(resp.Status, maxStatusBytes))
+}
+
+// matchBody reads up to bodyBytes of body and searches them. It returns
+// how many bytes it read and a *MismatchError when they do not match, or
+// the read's error. The whole window is read before searching, so that a
+// regular expression sees the same bytes however the server chunks them.
+func (p *HTTPProber) matchBody(body io.Reader) (int, error) {
+	buf := make([]byte, p.bodyBytes)
+	n, err := io.ReadFull(body, buf)
+	buf = buf[:n]
+	why := "the first " + strconv.Itoa(p.bodyBytes) + " bytes"
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		why = "the whole body"
+	case err != nil:
+		return n, err
+	}
+	if p.body.end(buf) >= 0 {
+		return n, nil
+	}
+	return n, &MismatchError{Expected: p.body.String(), Got: buf, Read: n, Why: "searched " + why}
+}
+
+func isMismatch(err error) bool {
+	var m *MismatchError
+	return errors.As(err, &m)
 }
 
 // bodySnippet reads up to n bytes and returns them as printable text.

@@ -1,0 +1,133 @@
+package probes
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"time"
+)
+
+// converse runs the TLS handshake and the script of a TCP probe on conn.
+// ctx bounds all of it: its deadline is the connection's, and its
+// cancellation interrupts a read or write in progress.
+func (p *TCPProber) converse(ctx context.Context, start time.Time, target Target, conn net.Conn) Result {
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	done := "connected"
+	if p.tls != nil {
+		cfg := p.tls
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName = target.Host
+		}
+		tc := tls.Client(conn, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			err = fmt.Errorf("TLS handshake with %s: %w", target, err)
+			return fail(start, classifyTLS(ctx, err), err)
+		}
+		conn, done = tc, "TLS "+tls.VersionName(tc.ConnectionState().Version)
+	}
+
+	// buf holds what arrived and no expect has consumed yet: at most
+	// MaxExpectBytes, since a step that reads that much without a match
+	// fails.
+	buf := make([]byte, 0, 512)
+	for i, s := range p.steps {
+		if len(s.send) > 0 {
+			if _, err := conn.Write(s.send); err != nil {
+				err = fmt.Errorf("step %d: sending %d bytes to %s: %w", i+1, len(s.send), target, err)
+				return fail(start, Classify(ctx, err), err)
+			}
+		}
+		if s.expect == nil {
+			continue
+		}
+		var err error
+		if buf, err = expectFrom(ctx, conn, buf, s.expect, i+1); err != nil {
+			var mismatch *MismatchError
+			if errors.As(err, &mismatch) {
+				return fail(start, ReasonExpectMismatch, err)
+			}
+			return fail(start, Classify(ctx, err), fmt.Errorf("%s: %w", target, err))
+		}
+	}
+	if len(p.steps) > 0 {
+		done += ", " + strconv.Itoa(len(p.steps)) + " steps as expected"
+	}
+	return pass(start, done)
+}
+
+// expectFrom reads from r until m matches the bytes in buf and those read
+// after them, and returns what follows the match. It fails with a
+// *MismatchError when the bytes do not match within MaxExpectBytes, when
+// the server closes the connection first, or when the deadline passes after
+// some bytes arrived (a server that answered something else and waits);
+// with the read's error when nothing arrived.
+func expectFrom(ctx context.Context, r io.Reader, buf []byte, m *matcher, stepNo int) ([]byte, error) {
+	for {
+		if end := m.end(buf); end >= 0 {
+			return buf[:copy(buf, buf[end:])], nil
+		}
+		if len(buf) >= MaxExpectBytes {
+			return nil, &MismatchError{Step: stepNo, Expected: m.String(), Got: buf, Read: len(buf), Why: "no match within " + strconv.Itoa(MaxExpectBytes) + " bytes"}
+		}
+		if len(buf) == cap(buf) {
+			grown := make([]byte, len(buf), min(max(2*cap(buf), 512), MaxExpectBytes))
+			copy(grown, buf)
+			buf = grown
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == nil {
+			continue
+		}
+		if m.end(buf) >= 0 {
+			continue // the last bytes matched; the error is for the next read
+		}
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, &MismatchError{Step: stepNo, Expected: m.String(), Got: buf, Read: len(buf), Why: "the server closed the connection"}
+		case len(buf) > 0 && ctx.Err() != context.Canceled && errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, &MismatchError{Step: stepNo, Expected: m.String(), Got: buf, Read: len(buf), Why: "nothing more arrived before the deadline"}
+		}
+		return nil, fmt.Errorf("step %d: waiting for %s: %w", stepNo, m, err)
+	}
+}
+
+// clientTLSConfig is the TLS configuration of a client that verifies the
+// server with the PEM bundle caCert (the system roots when empty), or does
+// not verify it at all.
+func clientTLSConfig(serverName string, caCert []byte, insecure bool) (*tls.Config, error) {
+	if insecure && len(caCert) > 0 {
+		return nil, errors.New("CACert and InsecureSkipVerify are mutually exclusive")
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName, InsecureSkipVerify: insecure}
+	if len(caCert) > 0 {
+		tc.RootCAs = x509.NewCertPool()
+		if !tc.RootCAs.AppendCertsFromPEM(caCert) {
+			return nil, errors.New("CACert holds no PEM certificate")
+		}
+	}
+	return tc, nil
+}
+
+// classifyTLS is Classify for a handshake's error: crypto/tls returns
+// some failures (a protocol version or a cipher the server refuses) as
+// plain errors.
+func classifyTLS(ctx context.Context, err error) Reason {
+	reason := Classify(ctx, err)
+	if reason == ReasonError {
+		return ReasonTLS
+	}
+	return reason
+}

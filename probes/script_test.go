@@ -1,0 +1,275 @@
+package probes
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"io"
+	"net"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lineServer answers on loopback as a line-based server does: it sends
+// greeting, then answers each line it reads with reply(line); an empty
+// answer closes the connection. tlsCert, when set, makes it speak TLS first.
+func lineServer(t *testing.T, tlsCert *tls.Certificate, greeting string, reply func(line string) string) Target {
+	t.Helper()
+	l := listen(t, "tcp4", "127.0.0.1")
+	serve(t, l, func(c net.Conn) {
+		go func() {
+			defer c.Close()
+			conn := c
+			if tlsCert != nil {
+				tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{*tlsCert}})
+				if err := tc.Handshake(); err != nil {
+					return
+				}
+				conn = tc
+			}
+			if greeting != "" {
+				if _, err := conn.Write([]byte(greeting)); err != nil {
+					return
+				}
+			}
+			r := bufio.NewReader(conn)
+			for {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					return
+				}
+				answer := reply(strings.TrimRight(line, "\r\n"))
+				if answer == "" {
+					return
+				}
+				if _, err := conn.Write([]byte(answer)); err != nil {
+					return
+				}
+			}
+		}()
+	})
+	return targetOf(t, l)
+}
+
+// smtp is a mail server's greeting and EHLO answer.
+func smtp(line string) string {
+	if strings.HasPrefix(line, "EHLO ") {
+		return "250-mail.example.test\r\n250-PIPELINING\r\n250 SIZE 10240000\r\n"
+	}
+	return "500 unknown command\r\n"
+}
+
+func expectText(s string) *Expect         { return &Expect{Literal: []byte(s)} }
+func expectRegexp(s string) *Expect       { return &Expect{Regexp: s} }
+func send(s string) Step                  { return Step{Send: []byte(s)} }
+func sendExpect(s string, e *Expect) Step { return Step{Send: []byte(s), Expect: e} }
+
+func TestTCPScript(t *testing.T) {
+	good := newCA(t, "good CA")
+	other := newCA(t, "other CA")
+	cert, _, _ := good.Issue(t, "mail.example.test", "127.0.0.1")
+
+	smtpServer := lineServer(t, nil, "220 mail.example.test ESMTP\r\n", smtp)
+	smtpsServer := lineServer(t, &cert, "220 mail.example.test ESMTP\r\n", smtp)
+	busyServer := lineServer(t, nil, "421 too busy, try later\r\n", smtp)
+	redisServer := lineServer(t, nil, "", func(line string) string {
+		if line == "PING" {
+			return "+PONG\r\n"
+		}
+		return "-ERR unknown command\r\n"
+	})
+	memcached := lineServer(t, nil, "", func(line string) string { return "VERSION 1.6.21\r\n" })
+	closer := rawTCPServerNow(t, func(c net.Conn) { _, _ = c.Write([]byte("22")) })
+	// A server that greets with half a line and waits.
+	halfLine := lineServer(t, nil, "22", smtp)
+	endless := rawTCPServerNow(t, func(c net.Conn) { stream(c, 64<<20) })
+	silent := silentListener(t, "tcp4", "127.0.0.1")
+
+	smtpSteps := []Step{
+		{Expect: expectRegexp(`^220[ -]`)},
+		sendExpect("EHLO swh.example.test\r\n", expectRegexp(`(?m)^250 `)),
+	}
+	for _, tc := range []struct {
+		name   string
+		target Target
+		cfg    TCPConfig
+		want   Reason
+		in     string // in the message
+	}{
+		{"SMTP banner and EHLO", smtpServer, TCPConfig{Steps: smtpSteps}, ReasonOK, "2 steps as expected"},
+		{"SMTP refusing with 421", busyServer, TCPConfig{Steps: smtpSteps}, ReasonExpectMismatch, `step 1: expected regexp "^220[ -]", not found in 25 bytes (nothing more arrived before the deadline): got "421 too busy`},
+		{"Redis PING", redisServer, TCPConfig{Steps: []Step{sendExpect("PING\r\n", expectText("+PONG"))}}, ReasonOK, "1 steps"},
+		{"Redis wrong answer", redisServer, TCPConfig{Steps: []Step{sendExpect("HELLO\r\n", expectText("+PONG"))}}, ReasonExpectMismatch, `got "-ERR unknown command\r\n"`},
+		{"memcached version", memcached, TCPConfig{Steps: []Step{sendExpect("version\r\n", expectRegexp(`^VERSION \d+\.`))}}, ReasonOK, ""},
+		{"bytes", redisServer, TCPConfig{Steps: []Step{{Send: []byte{'P', 'I', 'N', 'G', '\r', '\n'}, Expect: &Expect{Literal: []byte{'+', 'P'}}}}}, ReasonOK, ""},
+		{"send only", redisServer, TCPConfig{Steps: []Step{send("PING\r\n")}}, ReasonOK, ""},
+		{"server closes before a match", closer, TCPConfig{Steps: []Step{{Expect: expectText("220 ")}}}, ReasonExpectMismatch, "the server closed the connection"},
+		{"half a line, then nothing", halfLine, TCPConfig{Steps: []Step{{Expect: expectText("220")}}}, ReasonExpectMismatch, "nothing more arrived before the deadline"},
+		{"silent server", silent, TCPConfig{Steps: []Step{{Expect: expectText("220")}}}, ReasonTimeout, ""},
+		{"endless stream", endless, TCPConfig{Steps: []Step{{Expect: expectText("220")}}}, ReasonExpectMismatch, "no match within 16384 bytes"},
+		{"refused", refusedTarget(t, "tcp4", "127.0.0.1"), TCPConfig{Steps: smtpSteps}, ReasonRefused, ""},
+		{"TLS first", smtpsServer, TCPConfig{TLS: true, CACert: good.PEM, ServerName: "mail.example.test", Steps: smtpSteps}, ReasonOK, "TLS 1.3, 2 steps"},
+		{"TLS verifying the IP", smtpsServer, TCPConfig{TLS: true, CACert: good.PEM, Steps: smtpSteps}, ReasonOK, ""},
+		{"TLS handshake only", smtpsServer, TCPConfig{TLS: true, CACert: good.PEM}, ReasonOK, "TLS 1.3"},
+		{"TLS wrong CA", smtpsServer, TCPConfig{TLS: true, CACert: other.PEM, Steps: smtpSteps}, ReasonTLS, ""},
+		{"TLS wrong name", smtpsServer, TCPConfig{TLS: true, CACert: good.PEM, ServerName: "other.example.test"}, ReasonTLS, ""},
+		{"TLS insecure", smtpsServer, TCPConfig{TLS: true, InsecureSkipVerify: true, ServerName: "other.example.test", Steps: smtpSteps}, ReasonOK, ""},
+		{"TLS to a plain server", smtpServer, TCPConfig{TLS: true, InsecureSkipVerify: true}, ReasonTLS, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := NewTCP(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := p.Probe(ctxTimeout(t, 500*time.Millisecond), tc.target)
+			status := Failure
+			if tc.want == ReasonOK {
+				status = Success
+			}
+			wantReason(t, res, status, tc.want)
+			if !strings.Contains(res.Message, tc.in) {
+				t.Errorf("message %q does not contain %q", res.Message, tc.in)
+			}
+			if len(res.Message) > MaxMessageBytes {
+				t.Errorf("message of %d bytes", len(res.Message))
+			}
+		})
+	}
+}
+
+// rawTCPServerNow runs script on every connection at once, without
+// waiting for the client to send anything.
+func rawTCPServerNow(t *testing.T, script func(c net.Conn)) Target {
+	t.Helper()
+	l := listen(t, "tcp4", "127.0.0.1")
+	serve(t, l, func(c net.Conn) {
+		go func() {
+			defer c.Close()
+			script(c)
+		}()
+	})
+	return targetOf(t, l)
+}
+
+// TestTCPScriptHostile checks that a server streaming without end, or
+// dripping bytes, costs one probe a bounded amount of memory and time.
+func TestTCPScriptHostile(t *testing.T) {
+	const deadline = 500 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		script func(c net.Conn)
+		want   Reason
+	}{
+		{"64 MiB without a match", func(c net.Conn) { stream(c, 64<<20) }, ReasonExpectMismatch},
+		{"a byte every 20 ms", func(c net.Conn) {
+			for range 1000 {
+				if _, err := c.Write([]byte{'x'}); err != nil {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}, ReasonExpectMismatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := rawTCPServerNow(t, tc.script)
+			p, err := NewTCP(TCPConfig{Steps: []Step{{Expect: expectRegexp(`^220 .*ESMTP`)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			res := p.Probe(ctxTimeout(t, deadline), target)
+			runtime.ReadMemStats(&after)
+			allocated := after.TotalAlloc - before.TotalAlloc
+			wantReason(t, res, Failure, tc.want)
+			if allocated > 1<<20 {
+				t.Errorf("the probe allocated %d bytes", allocated)
+			}
+			if res.Latency > deadline+200*time.Millisecond {
+				t.Errorf("the probe took %v with a %v deadline", res.Latency, deadline)
+			}
+		})
+	}
+}
+
+func TestTCPScriptConfigErrors(t *testing.T) {
+	ca := newCA(t, "CA")
+	long := bytes.Repeat([]byte("x"), MaxSendBytes+1)
+	for _, tc := range []struct {
+		name string
+		cfg  TCPConfig
+		in   string
+	}{
+		{"empty step", TCPConfig{Steps: []Step{{}}}, "step 1 has neither Send nor Expect"},
+		{"too many steps", TCPConfig{Steps: make([]Step, MaxScriptSteps+1)}, "at most 16"},
+		{"long send", TCPConfig{Steps: []Step{{Send: long}}}, "at most 4096"},
+		{"both patterns", TCPConfig{Steps: []Step{{Expect: &Expect{Literal: []byte("a"), Regexp: "a"}}}}, "not both"},
+		{"no pattern", TCPConfig{Steps: []Step{{Expect: &Expect{}}}}, "set Literal or Regexp"},
+		{"bad regexp", TCPConfig{Steps: []Step{{Expect: expectRegexp("(")}}}, "step 1: expect: regexp"},
+		{"long pattern", TCPConfig{Steps: []Step{{Expect: expectRegexp(strings.Repeat("a", MaxExpectPatternBytes+1))}}}, "longer than"},
+		{"CA without TLS", TCPConfig{CACert: ca.PEM}, "need TLS"},
+		{"CA and insecure", TCPConfig{TLS: true, CACert: ca.PEM, InsecureSkipVerify: true}, "mutually exclusive"},
+		{"CA not PEM", TCPConfig{TLS: true, CACert: []byte("nope")}, "no PEM certificate"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewTCP(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.in) {
+				t.Fatalf("NewTCP: %v, want an error containing %q", err, tc.in)
+			}
+		})
+	}
+}
+
+// oneByteReader hands out its data one byte per Read, the worst split a
+// network can make.
+type oneByteReader struct{ data []byte }
+
+func (r *oneByteReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	p[0] = r.data[0]
+	r.data = r.data[1:]
+	return 1, nil
+}
+
+// FuzzExpectSplit checks that a literal expect finds the same match
+// whether the bytes arrive at once or one by one, that a match is only
+// reported where the pattern is, and that nothing kept exceeds
+// MaxExpectBytes.
+func FuzzExpectSplit(f *testing.F) {
+	f.Add([]byte("220 mail ESMTP\r\n"), []byte("220"), "^220 ")
+	f.Add([]byte("+PONG\r\n"), []byte("PONG"), `\+PONG`)
+	f.Add(bytes.Repeat([]byte("a"), MaxExpectBytes+10), []byte("b"), "b$")
+	f.Fuzz(func(t *testing.T, data, literal []byte, re string) {
+		if len(literal) == 0 || len(literal) > MaxExpectPatternBytes {
+			return
+		}
+		m, err := compileExpect(Expect{Literal: literal})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := ctxTimeout(t, time.Second)
+		whole, errWhole := expectFrom(ctx, &oneByteReader{data: bytes.Clone(data)}, nil, m, 1)
+		window := data[:min(len(data), MaxExpectBytes)]
+		i := bytes.Index(window, literal)
+		if (errWhole == nil) != (i >= 0) {
+			t.Fatalf("expectFrom: %v; pattern at %d of the first %d bytes", errWhole, i, len(window))
+		}
+		if errWhole == nil && !bytes.HasPrefix(data[i+len(literal):], whole) {
+			t.Fatalf("left %q, which does not follow the match", whole)
+		}
+		if len(whole) > MaxExpectBytes {
+			t.Fatalf("kept %d bytes", len(whole))
+		}
+		if rm, err := compileExpect(Expect{Regexp: re}); err == nil && len(re) <= MaxExpectPatternBytes {
+			left, err := expectFrom(ctx, &oneByteReader{data: bytes.Clone(data)}, nil, rm, 1)
+			if err == nil && len(left) > MaxExpectBytes {
+				t.Fatalf("kept %d bytes", len(left))
+			}
+		}
+	})
+}
