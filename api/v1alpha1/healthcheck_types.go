@@ -34,7 +34,7 @@ type Healthcheck struct {
 }
 
 // ProbeMode names the kind of a probe.
-// +kubebuilder:validation:Enum=TCP;HTTP;PostgreSQL
+// +kubebuilder:validation:Enum=TCP;HTTP;PostgreSQL;GRPC;Redis;MySQL
 type ProbeMode string
 
 // The probe modes.
@@ -42,6 +42,9 @@ const (
 	ProbeModeTCP        ProbeMode = "TCP"
 	ProbeModeHTTP       ProbeMode = "HTTP"
 	ProbeModePostgreSQL ProbeMode = "PostgreSQL"
+	ProbeModeGRPC       ProbeMode = "GRPC"
+	ProbeModeRedis      ProbeMode = "Redis"
+	ProbeModeMySQL      ProbeMode = "MySQL"
 )
 
 // Probe is one active check. Exactly the sub-object named by Mode is set.
@@ -52,8 +55,15 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.http) || self.mode == 'HTTP'",message="http may only be set when mode is HTTP",fieldPath=.http
 // +kubebuilder:validation:XValidation:rule="self.mode != 'PostgreSQL' || has(self.postgreSQL)",message="postgreSQL is required when mode is PostgreSQL",fieldPath=.postgreSQL
 // +kubebuilder:validation:XValidation:rule="!has(self.postgreSQL) || self.mode == 'PostgreSQL'",message="postgreSQL may only be set when mode is PostgreSQL",fieldPath=.postgreSQL
+// +kubebuilder:validation:XValidation:rule="self.mode != 'GRPC' || has(self.grpc)",message="grpc is required when mode is GRPC",fieldPath=.grpc
+// +kubebuilder:validation:XValidation:rule="!has(self.grpc) || self.mode == 'GRPC'",message="grpc may only be set when mode is GRPC",fieldPath=.grpc
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Redis' || has(self.redis)",message="redis is required when mode is Redis",fieldPath=.redis
+// +kubebuilder:validation:XValidation:rule="!has(self.redis) || self.mode == 'Redis'",message="redis may only be set when mode is Redis",fieldPath=.redis
+// +kubebuilder:validation:XValidation:rule="self.mode != 'MySQL' || has(self.mySQL)",message="mySQL is required when mode is MySQL",fieldPath=.mySQL
+// +kubebuilder:validation:XValidation:rule="!has(self.mySQL) || self.mode == 'MySQL'",message="mySQL may only be set when mode is MySQL",fieldPath=.mySQL
 type Probe struct {
-	// Mode is the kind of probe: TCP, HTTP or PostgreSQL.
+	// Mode is the kind of probe: TCP, HTTP, PostgreSQL, GRPC, Redis or
+	// MySQL.
 	// +required
 	Mode ProbeMode `json:"mode"`
 
@@ -80,20 +90,35 @@ type Probe struct {
 	// +kubebuilder:validation:Maximum=100
 	FailureThreshold int32 `json:"failureThreshold"`
 
-	// TCP connects to the port and closes the connection, sending nothing.
+	// TCP connects to the port and closes the connection, sending nothing,
+	// or holds the conversation of its steps.
 	// +optional
 	TCP *TCPProbe `json:"tcp,omitempty"`
 
-	// HTTP sends a request and checks the response status.
+	// HTTP sends a request and checks the response status (and body).
 	// +optional
 	HTTP *HTTPProbe `json:"http,omitempty"`
 
 	// PostgreSQL logs in, runs a query and checks its first column.
 	// +optional
 	PostgreSQL *PostgreSQLProbe `json:"postgreSQL,omitempty"`
+
+	// GRPC calls grpc.health.v1.Health/Check and passes on SERVING.
+	// +optional
+	GRPC *GRPCProbe `json:"grpc,omitempty"`
+
+	// Redis logs in, checks the server answers and, optionally, its role.
+	// +optional
+	Redis *RedisProbe `json:"redis,omitempty"`
+
+	// MySQL logs in to MySQL or MariaDB, runs a query and checks its first
+	// column.
+	// +optional
+	MySQL *MySQLProbe `json:"mySQL,omitempty"`
 }
 
-// TCPProbe checks that a port accepts connections.
+// TCPProbe checks that a port accepts connections and, with steps, that
+// the server answers as expected.
 type TCPProbe struct {
 	// TargetPort is the pod port to connect to: a number or a container port name.
 	// +required
@@ -101,6 +126,19 @@ type TCPProbe struct {
 	// +kubebuilder:validation:MaxLength=15
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? (self >= 1 && self <= 65535) : (self.size() <= 15 && self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && self.matches('[a-z]') && !self.contains('--'))",message="targetPort must be a number from 1 to 65535 or an IANA service name (at most 15 lowercase letters, digits and single '-', with a letter)"
 	TargetPort intstr.IntOrString `json:"targetPort"`
+
+	// TLS, when set, completes a TLS handshake right after connecting (TLS
+	// first, not STARTTLS); the steps then run inside it.
+	// +optional
+	TLS *ProbeTLS `json:"tls,omitempty"`
+
+	// Steps make the probe a short conversation, in order: each sends its
+	// send (or sendBytes), then reads until its expect matches what
+	// arrived since the previous match, within 16 KiB.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Steps []TCPStep `json:"steps,omitempty"`
 }
 
 // HTTPScheme is the scheme of an HTTP probe.
@@ -121,6 +159,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.caCert) || self.scheme == 'HTTPS'",message="caCert may only be set when scheme is HTTPS",fieldPath=.caCert
 // +kubebuilder:validation:XValidation:rule="!has(self.caCert) || !(has(self.insecureSkipTLSVerify) && self.insecureSkipTLSVerify)",message="caCert and insecureSkipTLSVerify are mutually exclusive",fieldPath=.caCert
 // +kubebuilder:validation:XValidation:rule="!has(self.host) || !has(self.httpHeaders) || !self.httpHeaders.exists(h, h.name.lowerAscii() == 'host')",message="set the Host header either with host or in httpHeaders, not both",fieldPath=.httpHeaders
+// +kubebuilder:validation:XValidation:rule="!has(self.expectBody) || !has(self.method) || self.method == 'GET'",message="expectBody needs method GET: a HEAD response has no body",fieldPath=.expectBody
 type HTTPProbe struct {
 	// TargetPort is the pod port to connect to: a number or a container port name.
 	// +required
@@ -183,6 +222,11 @@ type HTTPProbe struct {
 	// +kubebuilder:validation:items:Pattern=`^[1-5][0-9][0-9](-[1-5][0-9][0-9])?$`
 	// +kubebuilder:validation:XValidation:rule="self.all(c, c.size() == 3 || int(c.substring(0, 3)) <= int(c.substring(4, 7)))",message="expectedStatusCodes ranges must be written low-high"
 	ExpectedStatusCodes []string `json:"expectedStatusCodes,omitempty"`
+
+	// ExpectBody, when set, must match within the first bytes of the body
+	// of a response whose status is expected (GET only).
+	// +optional
+	ExpectBody *HTTPExpectBody `json:"expectBody,omitempty"`
 }
 
 // HTTPHeader is one request header. The prober owns the framing headers: it

@@ -16,8 +16,28 @@ func (p *Probe) TargetPort() intstr.IntOrString {
 		return p.HTTP.TargetPort
 	case p.PostgreSQL != nil:
 		return p.PostgreSQL.TargetPort
+	case p.GRPC != nil:
+		return p.GRPC.TargetPort
+	case p.Redis != nil:
+		return p.Redis.TargetPort
+	case p.MySQL != nil:
+		return p.MySQL.TargetPort
 	}
 	return intstr.IntOrString{}
+}
+
+// AuthSecretName is the Secret the probe reads its credentials from, ""
+// when it reads none.
+func (p *Probe) AuthSecretName() string {
+	switch {
+	case p.PostgreSQL != nil:
+		return p.PostgreSQL.AuthSecretName
+	case p.Redis != nil:
+		return p.Redis.AuthSecretName
+	case p.MySQL != nil:
+		return p.MySQL.AuthSecretName
+	}
+	return ""
 }
 
 // Describe names the probe for people, as the agent's messages, events and

@@ -86,8 +86,8 @@ func secretNames(swhs []*swhv1alpha1.ServiceWithHealthchecks) ([]string, []*swhv
 		}
 		uses := false
 		for _, p := range swh.Spec.Healthcheck.Probes {
-			if p.PostgreSQL != nil && p.PostgreSQL.AuthSecretName != "" {
-				names = append(names, p.PostgreSQL.AuthSecretName)
+			if name := p.AuthSecretName(); name != "" {
+				names = append(names, name)
 				uses = true
 			}
 		}

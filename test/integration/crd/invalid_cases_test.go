@@ -1,5 +1,7 @@
 package crd_test
 
+import "strings"
+
 // invalidCase is a spec the API server must reject; field is the path the
 // message must name, message an optional part of the explanation.
 type invalidCase struct {
@@ -75,6 +77,30 @@ var invalidCases = []invalidCase{
 	{name: "verify-full without a Secret", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, tlsMode: verify-full}\n", field: "spec.healthcheck.probes[0].postgreSQL.authSecretName"},
 	{name: "invalid Secret name", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, authSecretName: Cred_Secret}\n", field: "spec.healthcheck.probes[0].postgreSQL.authSecretName"},
 	{name: "empty query", spec: probeOpen + "mode: PostgreSQL\n    postgreSQL: {targetPort: 5432, query: \"\"}\n", field: "spec.healthcheck.probes[0].postgreSQL.query"},
+
+	// TCP scripts, HTTP bodies, gRPC, Redis and MySQL.
+	{name: "empty tcp step", spec: probeOpen + "mode: TCP\n    tcp: {targetPort: 25, steps: [{}]}\n", field: "spec.healthcheck.probes[0].tcp.steps[0]", message: "send, sendBytes or expect"},
+	{name: "tcp step with send and sendBytes", spec: probeOpen + "mode: TCP\n    tcp: {targetPort: 25, steps: [{send: a, sendBytes: YQ==}]}\n", field: "spec.healthcheck.probes[0].tcp.steps[0].sendBytes", message: "not both"},
+	{name: "tcp expect with two patterns", spec: probeOpen + "mode: TCP\n    tcp: {targetPort: 25, steps: [{expect: {text: \"220\", regexp: \"^220\"}}]}\n", field: "spec.healthcheck.probes[0].tcp.steps[0].expect", message: "exactly one of text, bytes and regexp"},
+	{name: "tcp expect with an invalid regexp", spec: probeOpen + "mode: TCP\n    tcp: {targetPort: 25, steps: [{expect: {regexp: \"^(220\"}}]}\n", field: "spec.healthcheck.probes[0].tcp.steps[0].expect.regexp", message: "RE2"},
+	{name: "tcp with 17 steps", spec: probeOpen + "mode: TCP\n    tcp: {targetPort: 25, steps: [" + strings.Repeat("{send: a},", 16) + "{send: a}]}\n", field: "spec.healthcheck.probes[0].tcp.steps"},
+	{name: "tcp TLS with CA and insecure", spec: probeOpen + "mode: TCP\n    tcp: {targetPort: 465, tls: {caCert: \"-----BEGIN CERTIFICATE-----\", insecureSkipTLSVerify: true}}\n", field: "spec.healthcheck.probes[0].tcp.tls.caCert", message: "mutually exclusive"},
+	{name: "http body on HEAD", spec: httpProbe + "      method: HEAD\n      expectBody: {text: ok}\n", field: "spec.healthcheck.probes[0].http.expectBody", message: "GET"},
+	{name: "http body without a pattern", spec: httpProbe + "      expectBody: {withinBytes: 100}\n", field: "spec.healthcheck.probes[0].http.expectBody", message: "exactly one of text and regexp"},
+	{name: "http body window above 64 KiB", spec: httpProbe + "      expectBody: {text: ok, withinBytes: 65537}\n", field: "spec.healthcheck.probes[0].http.expectBody.withinBytes"},
+	{name: "http body invalid regexp", spec: httpProbe + "      expectBody: {regexp: \"a(?P<\"}\n", field: "spec.healthcheck.probes[0].http.expectBody.regexp", message: "RE2"},
+	{name: "GRPC mode without grpc", spec: probeOpen + "mode: GRPC\n", field: "spec.healthcheck.probes[0].grpc", message: "grpc is required when mode is GRPC"},
+	{name: "grpc reserved metadata", spec: probeOpen + "mode: GRPC\n    grpc: {targetPort: 50051, metadata: [{name: grpc-timeout, value: 1S}]}\n", field: "spec.healthcheck.probes[0].grpc.metadata[0].name", message: "reserved"},
+	{name: "grpc binary metadata", spec: probeOpen + "mode: GRPC\n    grpc: {targetPort: 50051, metadata: [{name: token-bin, value: AA}]}\n", field: "spec.healthcheck.probes[0].grpc.metadata[0].name", message: "-bin"},
+	{name: "grpc uppercase metadata", spec: probeOpen + "mode: GRPC\n    grpc: {targetPort: 50051, metadata: [{name: Token, value: x}]}\n", field: "spec.healthcheck.probes[0].grpc.metadata[0].name"},
+	{name: "redis object on a TCP probe", spec: tcpProbeOK + "    redis: {targetPort: 6379}\n", field: "spec.healthcheck.probes[0].redis", message: "redis may only be set when mode is Redis"},
+	{name: "redis unknown role", spec: probeOpen + "mode: Redis\n    redis: {targetPort: 6379, role: Primary}\n", field: "spec.healthcheck.probes[0].redis.role"},
+	{name: "redis lag on the master", spec: probeOpen + "mode: Redis\n    redis: {targetPort: 6379, role: Master, maxReplicationLag: {seconds: 30}}\n", field: "spec.healthcheck.probes[0].redis.maxReplicationLag", message: "role Master"},
+	{name: "redis empty lag", spec: probeOpen + "mode: Redis\n    redis: {targetPort: 6379, maxReplicationLag: {}}\n", field: "spec.healthcheck.probes[0].redis.maxReplicationLag", message: "bytes or seconds"},
+	{name: "redis verify-full without a Secret", spec: probeOpen + "mode: Redis\n    redis: {targetPort: 6379, tlsMode: verify-full}\n", field: "spec.healthcheck.probes[0].redis.authSecretName"},
+	{name: "MySQL mode without mySQL", spec: probeOpen + "mode: MySQL\n", field: "spec.healthcheck.probes[0].mySQL", message: "mySQL is required when mode is MySQL"},
+	{name: "mySQL tlsMode preferred", spec: probeOpen + "mode: MySQL\n    mySQL: {targetPort: 3306, tlsMode: preferred}\n", field: "spec.healthcheck.probes[0].mySQL.tlsMode"},
+	{name: "mySQL verify-ca without a Secret", spec: probeOpen + "mode: MySQL\n    mySQL: {targetPort: 3306, tlsMode: verify-ca}\n", field: "spec.healthcheck.probes[0].mySQL.authSecretName"},
 
 	// The disruption budget and the readiness gate.
 	{name: "budget with both limits", spec: okPorts + "disruptionBudget: {minAvailable: 2, maxUnavailable: 1}\n", field: "spec.disruptionBudget", message: "exactly one of minAvailable and maxUnavailable"},
