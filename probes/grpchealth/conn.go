@@ -1,0 +1,179 @@
+package grpchealth
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/swh-dev/swh/probes"
+)
+
+// probeState is what the dialers learn of one probe's connection, for
+// check to explain a failure. It travels in the probe's context, the one
+// net/http hands to the dialers.
+type probeState struct {
+	mu            sync.Mutex
+	conn          *probeConn // the TCP connection, nil until dialed
+	certRequested bool       // the TLS server asked for a client certificate
+	tls13         bool       // the TLS handshake settled on TLS 1.3
+}
+
+// probeStateKey is the context key of the probe's *probeState.
+type probeStateKey struct{}
+
+func stateOf(ctx context.Context) *probeState {
+	s, _ := ctx.Value(probeStateKey{}).(*probeState)
+	return s
+}
+
+// dial opens the probe's TCP connection.
+func (p *Prober) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := p.dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	resetOnClose(conn)
+	pc := &probeConn{Conn: conn}
+	if s := stateOf(ctx); s != nil {
+		s.mu.Lock()
+		s.conn = pc
+		s.mu.Unlock()
+	}
+	return pc, nil
+}
+
+// dialTLS opens the probe's connection and does the TLS handshake, which
+// must agree on HTTP/2. The prober does the handshake itself because
+// net/http would fall back to HTTP/1.1 silently when the server ignores
+// ALPN.
+func (p *Prober) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := p.dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.tls
+	if cfg.ServerName == "" {
+		// Verify the certificate against the target, as the transport
+		// would: a pod IP needs an IP SAN.
+		host, _, _ := net.SplitHostPort(addr)
+		cfg = cfg.Clone()
+		cfg.ServerName = host
+	}
+	tc := tls.Client(conn, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = conn.Close()
+		return nil, &tlsError{err: err}
+	}
+	cs := tc.ConnectionState()
+	if s := stateOf(ctx); s != nil {
+		s.mu.Lock()
+		s.tls13 = cs.Version == tls.VersionTLS13
+		s.mu.Unlock()
+	}
+	if cs.NegotiatedProtocol != "h2" {
+		_ = tc.Close()
+		return nil, protocolErrorf("the TLS server did not agree to HTTP/2 (ALPN protocol %q, want \"h2\")", cs.NegotiatedProtocol)
+	}
+	return tc, nil
+}
+
+// clientCertificate is the tls.Config's GetClientCertificate: it sends
+// cert (nil: none) whatever CAs the server names as acceptable (Go's
+// default would silently send nothing on a mismatch, and the failure would
+// then look like the server's fault), and notes that the server asked.
+func clientCertificate(cert *tls.Certificate) func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		if s := stateOf(cri.Context()); s != nil {
+			s.mu.Lock()
+			s.certRequested = true
+			s.mu.Unlock()
+		}
+		if cert == nil {
+			return &tls.Certificate{}, nil // no certificate
+		}
+		return cert, nil
+	}
+}
+
+// resetOnClose sets SO_LINGER to 0, as the probes package does on its
+// connections: the prober closes first, and a normal close would leave a
+// TIME_WAIT socket for 60 s per probe, exhausting the ephemeral ports at
+// a few hundred probes per second to one address. Conns that are not TCP
+// (a custom Dialer may wrap them) are left alone.
+func resetOnClose(c net.Conn) {
+	if l, ok := c.(interface{ SetLinger(sec int) error }); ok {
+		_ = l.SetLinger(0)
+	}
+}
+
+// probeConn is the TCP connection of a probe (under TLS, if any). It
+// keeps the first error reading from the server: when the server closes
+// the connection before the request is sent, net/http's HTTP/2 client
+// reports "client conn could not be established" and drops the cause, a
+// reset or an EOF.
+type probeConn struct {
+	net.Conn
+	mu      sync.Mutex
+	readErr error
+}
+
+func (c *probeConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if err != nil {
+		c.mu.Lock()
+		if c.readErr == nil {
+			c.readErr = err
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+// explain completes an error of net/http's HTTP/2 client with what the
+// dialers saw: the error of the server closing the connection, if it did
+// (before the client closed it); and, when a TLS 1.3 server that asked
+// for a client certificate closed the connection before any response
+// (answered says whether one came), that it most likely refused the
+// certificate. In TLS 1.3 the server judges the client's certificate
+// after the client has finished its handshake: its alert races with the
+// request, which may meet the closed connection first. It leaves the
+// prober's own errors alone.
+func (s *probeState) explain(ctx context.Context, err error, answered bool) error {
+	var (
+		protoErr   *protocolError
+		statusErr  *StatusError
+		servingErr *NotServingError
+		tlsErr     *tlsError
+	)
+	if err == nil || errors.As(err, &protoErr) || errors.As(err, &statusErr) || errors.As(err, &servingErr) || errors.As(err, &tlsErr) {
+		return err
+	}
+	s.mu.Lock()
+	conn, certRequested, tls13 := s.conn, s.certRequested, s.tls13
+	s.mu.Unlock()
+	if conn != nil {
+		conn.mu.Lock()
+		readErr := conn.readErr
+		conn.mu.Unlock()
+		// A read error the client caused by closing is no explanation.
+		if readErr != nil && !errors.Is(err, readErr) && probes.Classify(ctx, readErr) != probes.ReasonError {
+			err = fmt.Errorf("%w: the server closed the connection: %w", err, readErr)
+		}
+	}
+	if certRequested && tls13 && !answered && (probes.Classify(ctx, err) == probes.ReasonReset || closedBeforeRequest(err)) {
+		return &tlsError{err: err, afterHandshake: true}
+	}
+	return err
+}
+
+// closedBeforeRequest reports whether err is net/http's HTTP/2 client
+// saying that the connection closed before the request could be sent.
+func closedBeforeRequest(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "http2: client conn could not be established") ||
+		strings.Contains(msg, "http2: client conn not usable")
+}
