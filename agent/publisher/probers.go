@@ -31,8 +31,9 @@ const (
 	ReasonNoPort probes.Reason = "no-port"
 )
 
-// Keys of the PostgreSQL credentials Secret (any type: a generic Secret
-// works), those of the original product's Secrets.
+// Keys of the credentials Secret of PostgreSQL, Redis and MySQL probes
+// (any type: a generic Secret works), those of the original product's
+// Secrets.
 const (
 	secretUser       = "user"
 	secretPassword   = "password"
@@ -42,7 +43,7 @@ const (
 	secretClientKey  = "clientKey"
 )
 
-// proberFactory turns probe specs into probers. PostgreSQL credentials are
+// proberFactory turns probe specs into probers. Database credentials are
 // read from their Secret when a probe needs them and kept in a cache, so
 // the agent never lists or watches Secrets.
 type proberFactory struct {
@@ -75,61 +76,85 @@ func failing(reason probes.Reason, message string) probes.Prober {
 }
 
 // build returns the prober of one probe of the resource with UID owner in
-// namespace ns: the PostgreSQL credentials it reads are that resource's.
+// namespace ns: the credentials it reads are that resource's.
 func (f *proberFactory) build(ns string, owner types.UID, p *swhv1alpha1.Probe) probes.Prober {
 	switch {
 	case p.TCP != nil:
-		pr, err := probes.NewTCP(probes.TCPConfig{})
+		pr, err := probes.NewTCP(tcpConfig(p.TCP))
 		if err != nil {
-			return failing(ReasonConfig, err.Error())
+			return failing(ReasonConfig, fmt.Sprintf("TCP probe: %v", err))
 		}
 		return pr
 	case p.HTTP != nil:
-		h := p.HTTP
-		cfg := probes.HTTPConfig{
-			Scheme:              strings.ToLower(string(h.Scheme)),
-			Method:              h.Method,
-			Path:                h.Path,
-			Host:                h.Host,
-			ExpectedStatusCodes: h.ExpectedStatusCodes,
-			InsecureSkipVerify:  h.InsecureSkipTLSVerify,
-			UserAgent:           f.userAgent,
-		}
-		if h.CACert != "" {
-			cfg.CACert = []byte(h.CACert)
-		}
-		for _, hdr := range h.HTTPHeaders {
-			cfg.Headers = append(cfg.Headers, probes.Header{Name: hdr.Name, Value: hdr.Value})
-		}
-		pr, err := probes.NewHTTP(cfg)
+		pr, err := probes.NewHTTP(f.httpConfig(p.HTTP))
 		if err != nil {
 			return failing(ReasonConfig, fmt.Sprintf("HTTP probe: %v", err))
 		}
 		return pr
 	case p.PostgreSQL != nil:
 		return f.postgreSQL(ns, owner, p.PostgreSQL)
+	case p.GRPC != nil:
+		return f.grpc(p.GRPC)
+	case p.Redis != nil:
+		return f.redis(ns, owner, p.Redis)
+	case p.MySQL != nil:
+		return f.mySQL(ns, owner, p.MySQL)
 	}
 	return failing(ReasonConfig, fmt.Sprintf("probe mode %q has no configuration", p.Mode))
+}
+
+func (f *proberFactory) httpConfig(h *swhv1alpha1.HTTPProbe) probes.HTTPConfig {
+	cfg := probes.HTTPConfig{
+		Scheme:              strings.ToLower(string(h.Scheme)),
+		Method:              h.Method,
+		Path:                h.Path,
+		Host:                h.Host,
+		ExpectedStatusCodes: h.ExpectedStatusCodes,
+		InsecureSkipVerify:  h.InsecureSkipTLSVerify,
+		UserAgent:           f.userAgent,
+	}
+	if h.CACert != "" {
+		cfg.CACert = []byte(h.CACert)
+	}
+	for _, hdr := range h.HTTPHeaders {
+		cfg.Headers = append(cfg.Headers, probes.Header{Name: hdr.Name, Value: hdr.Value})
+	}
+	if b := h.ExpectBody; b != nil {
+		cfg.ExpectBody = &probes.Expect{Literal: []byte(b.Text), Regexp: b.Regexp}
+		cfg.ExpectBodyBytes = int(b.WithinBytes)
+	}
+	return cfg
 }
 
 // postgreSQL returns a prober that resolves its configuration at probe
 // time and rebuilds the library prober when it changes, so a Secret created
 // or rotated after the resource takes effect without a restart.
 func (f *proberFactory) postgreSQL(ns string, owner types.UID, spec *swhv1alpha1.PostgreSQLProbe) probes.Prober {
+	return rebuilding("PostgreSQL", func(ctx context.Context) (func() (probes.Prober, error), [sha256.Size]byte, *probes.Result) {
+		cfg, fingerprint, failed := f.postgreSQLConfig(ctx, ns, owner, spec)
+		return func() (probes.Prober, error) { return postgresql.New(cfg) }, fingerprint, failed
+	})
+}
+
+// rebuilding returns a prober that resolves its configuration at each
+// probe (resolve) and builds the library prober again only when the
+// configuration's fingerprint changed: a Secret read from the cache costs
+// a map lookup, a new prober parses certificates.
+func rebuilding(kind string, resolve func(ctx context.Context) (build func() (probes.Prober, error), fingerprint [sha256.Size]byte, failed *probes.Result)) probes.Prober {
 	var mu sync.Mutex
 	var current probes.Prober
 	var currentFor [sha256.Size]byte
 	return probes.ProberFunc(func(ctx context.Context, target probes.Target) probes.Result {
-		cfg, fingerprint, failed := f.postgreSQLConfig(ctx, ns, owner, spec)
+		build, fingerprint, failed := resolve(ctx)
 		if failed != nil {
 			return *failed
 		}
 		mu.Lock()
 		if current == nil || currentFor != fingerprint {
-			pr, err := postgresql.New(cfg)
+			pr, err := build()
 			if err != nil {
 				mu.Unlock()
-				return probes.Result{Status: probes.Failure, Reason: ReasonConfig, Message: fmt.Sprintf("PostgreSQL probe: %v", err), Err: err}
+				return probes.Result{Status: probes.Failure, Reason: ReasonConfig, Message: fmt.Sprintf("%s probe: %v", kind, err), Err: err}
 			}
 			current, currentFor = pr, fingerprint
 		}
@@ -161,39 +186,60 @@ func (f *proberFactory) postgreSQLConfig(ctx context.Context, ns string, owner t
 			cfg.MaxReplicationLag.Time = time.Duration(*lag.Seconds) * time.Second
 		}
 	}
-	mode := postgresql.SSLMode(spec.TLSMode)
-	if spec.AuthSecretName != "" {
-		key := types.NamespacedName{Namespace: ns, Name: spec.AuthSecretName}
+	creds, failed := f.credentials(ctx, ns, owner, spec.AuthSecretName, string(spec.TLSMode), secretUser)
+	if failed != nil {
+		return cfg, fingerprint, failed
+	}
+	if creds.data != nil {
+		cfg.User = string(creds.data.values[secretUser])
+		cfg.Password = string(creds.data.values[secretPassword])
+		cfg.CACert, cfg.ClientCert, cfg.ClientKey = creds.data.values[secretCACert], creds.data.values[secretClientCert], creds.data.values[secretClientKey]
+	}
+	cfg.SSLMode = postgresql.SSLMode(creds.tlsMode)
+	return cfg, creds.fingerprint, nil
+}
+
+// credentials are what a database probe reads from its Secret.
+type credentials struct {
+	data        *secretData // nil without a Secret
+	tlsMode     string      // the spec's, else the Secret's, else disable
+	fingerprint [sha256.Size]byte
+}
+
+// credentials reads the Secret name (none when empty) for a probe of the
+// resource with UID owner, with the key required that must be set, and
+// resolves the TLS mode: specMode, else the Secret's tlsMode key (the
+// original product's manifests keep it there), else disable. failed is
+// set when the probe cannot run.
+func (f *proberFactory) credentials(ctx context.Context, ns string, owner types.UID, name, specMode, required string) (credentials, *probes.Result) {
+	c := credentials{tlsMode: specMode}
+	if name != "" {
+		key := types.NamespacedName{Namespace: ns, Name: name}
 		data, err := f.secrets.get(ctx, key, owner)
 		if err != nil {
-			return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: err.Error(), Err: err}
+			return c, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: err.Error(), Err: err}
 		}
 		if data.oversize != "" {
-			return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: data.oversize}
+			return c, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: data.oversize}
 		}
-		user, ok := data.values[secretUser]
-		if !ok || len(user) == 0 {
-			msg := fmt.Sprintf("Secret %s has no %q key", key, secretUser)
-			return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
+		if v, ok := data.values[required]; !ok || len(v) == 0 {
+			msg := fmt.Sprintf("Secret %s has no %q key", key, required)
+			return c, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
 		}
 		if secretMode, ok := tlsModeIn(data); ok {
 			if !validTLSMode(secretMode) {
 				// %.40q: the value is the user's and may be long.
 				msg := fmt.Sprintf("Secret %s: key %q is %.40q, not one of disable, require, verify-ca, verify-full", key, secretTLSMode, secretMode)
-				return cfg, fingerprint, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
+				return c, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
 			}
-			if mode == "" {
-				mode = postgresql.SSLMode(secretMode)
+			if c.tlsMode == "" {
+				c.tlsMode = secretMode
 			}
 		}
-		cfg.User = string(user)
-		cfg.Password = string(data.values[secretPassword])
-		cfg.CACert, cfg.ClientCert, cfg.ClientKey = data.values[secretCACert], data.values[secretClientCert], data.values[secretClientKey]
-		fingerprint = data.fingerprint
+		c.data, c.fingerprint = data, data.fingerprint
 	}
-	if mode == "" {
-		mode = postgresql.SSLDisable
+	if c.tlsMode == "" {
+		c.tlsMode = string(postgresql.SSLDisable)
 	}
-	cfg.SSLMode = mode
-	return cfg, fingerprint, nil
+	return c, nil
 }

@@ -475,16 +475,19 @@ func TestSecretFingerprint(t *testing.T) {
 func TestTLSConflictNote(t *testing.T) {
 	secret := types.NamespacedName{Namespace: "shop", Name: "db-credentials"}
 	for _, tt := range []struct {
-		spec swhv1alpha1.PostgreSQLTLSMode
-		hint bool
+		probe swhv1alpha1.Probe
+		spec  string
+		hint  bool
 	}{
-		{swhv1alpha1.PostgreSQLTLSDisable, true},
-		{swhv1alpha1.PostgreSQLTLSRequire, false},
-		{swhv1alpha1.PostgreSQLTLSVerifyFull, false},
+		{swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModePostgreSQL, PostgreSQL: &swhv1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(5432), TLSMode: swhv1alpha1.PostgreSQLTLSDisable}}, "disable", true},
+		{swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModePostgreSQL, PostgreSQL: &swhv1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(5432), TLSMode: swhv1alpha1.PostgreSQLTLSRequire}}, "require", false},
+		{swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModePostgreSQL, PostgreSQL: &swhv1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(5432), TLSMode: swhv1alpha1.PostgreSQLTLSVerifyFull}}, "verify-full", false},
+		// The CRD never defaulted a Redis or MySQL tlsMode: no hint.
+		{swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModeRedis, Redis: &swhv1alpha1.RedisProbe{TargetPort: intstr.FromInt32(5432), TLSMode: swhv1alpha1.DatabaseTLSDisable}}, "disable", false},
+		{swhv1alpha1.Probe{Mode: swhv1alpha1.ProbeModeMySQL, MySQL: &swhv1alpha1.MySQLProbe{TargetPort: intstr.FromInt32(5432), TLSMode: swhv1alpha1.DatabaseTLSRequire}}, "require", false},
 	} {
-		pg := &swhv1alpha1.PostgreSQLProbe{TargetPort: intstr.FromInt32(5432), TLSMode: tt.spec}
-		note := tlsConflictNote("db-write", 2, pg, secret, "verify-ca")
-		prefix := fmt.Sprintf(`probe 2 (PostgreSQL on 5432) sets tlsMode %q and Secret shop/db-credentials holds tlsMode "verify-ca": the probe uses the spec's %q`, tt.spec, tt.spec)
+		note := tlsConflictNote("db-write", 2, &tt.probe, secret, "verify-ca")
+		prefix := fmt.Sprintf(`probe 2 (%s probe on 5432) sets tlsMode %q and Secret shop/db-credentials holds tlsMode "verify-ca": the probe uses the spec's %q`, tt.probe.Mode, tt.spec, tt.spec)
 		const patch = `kubectl patch swh db-write -n shop --type=json -p '[{"op":"remove","path":"/spec/healthcheck/probes/2/postgreSQL/tlsMode"}]'`
 		if !strings.HasPrefix(note, prefix) || strings.HasSuffix(note, patch) != tt.hint || len(note) > swhv1alpha1.MaxEventNoteBytes {
 			t.Errorf("spec %s: note %q; want it to start %q and end with the patch: %v", tt.spec, note, prefix, tt.hint)

@@ -31,33 +31,49 @@ func (p *Publisher) tlsConflictEvents(swh *swhv1alpha1.ServiceWithHealthchecks) 
 		return nil
 	}
 	var out []event
-	for i, probe := range swh.Spec.Healthcheck.Probes {
-		pg := probe.PostgreSQL
-		if pg == nil || pg.TLSMode == "" || pg.AuthSecretName == "" {
+	for i := range swh.Spec.Healthcheck.Probes {
+		probe := &swh.Spec.Healthcheck.Probes[i]
+		specMode := specTLSMode(probe)
+		if specMode == "" || probe.AuthSecretName() == "" {
 			continue
 		}
-		secret := types.NamespacedName{Namespace: swh.Namespace, Name: pg.AuthSecretName}
+		secret := types.NamespacedName{Namespace: swh.Namespace, Name: probe.AuthSecretName()}
 		mode, ok := p.probers.secrets.tlsMode(secret, swh.UID)
-		if !ok || mode == string(pg.TLSMode) || !validTLSMode(mode) {
+		if !ok || mode == specMode || !validTLSMode(mode) {
 			// An invalid value fails the probe itself (reason secret).
 			continue
 		}
 		related := &corev1.ObjectReference{Kind: "Secret", APIVersion: "v1", Namespace: secret.Namespace, Name: secret.Name}
 		out = append(out, event{related: related, eventtype: corev1.EventTypeWarning, reason: swhv1alpha1.EventReasonTLSModeConflict,
-			action: fmt.Sprintf("Probe%d/%s/%s", i, pg.TLSMode, mode), note: tlsConflictNote(swh.Name, i, pg, secret, mode), standing: true})
+			action: fmt.Sprintf("Probe%d/%s/%s", i, specMode, mode), note: tlsConflictNote(swh.Name, i, probe, secret, mode), standing: true})
 	}
 	return out
 }
 
+// specTLSMode is the tlsMode a database probe's spec sets: "" when it sets
+// none or is not a database probe.
+func specTLSMode(p *swhv1alpha1.Probe) string {
+	switch {
+	case p.PostgreSQL != nil:
+		return string(p.PostgreSQL.TLSMode)
+	case p.Redis != nil:
+		return string(p.Redis.TLSMode)
+	case p.MySQL != nil:
+		return string(p.MySQL.TLSMode)
+	}
+	return ""
+}
+
 // tlsConflictNote says that probe i of resource name sets a tlsMode that
-// differs from mode, the one its Secret holds. When the spec's is disable,
-// it may not be the user's: the CRD used to default tlsMode to disable on
-// the server, so every resource created then stores it and the Secret's is
-// never used. The note gives the patch that removes it.
-func tlsConflictNote(name string, i int, pg *swhv1alpha1.PostgreSQLProbe, secret types.NamespacedName, mode string) string {
-	note := fmt.Sprintf("probe %d (PostgreSQL on %s) sets tlsMode %q and Secret %s holds tlsMode %q: the probe uses the spec's %q",
-		i, pg.TargetPort.String(), pg.TLSMode, secret, mode, pg.TLSMode)
-	if pg.TLSMode != swhv1alpha1.PostgreSQLTLSDisable {
+// differs from mode, the one its Secret holds. When a PostgreSQL probe's
+// is disable, it may not be the user's: the CRD used to default tlsMode to
+// disable on the server, so every resource created then stores it and the
+// Secret's is never used. The note gives the patch that removes it.
+func tlsConflictNote(name string, i int, probe *swhv1alpha1.Probe, secret types.NamespacedName, mode string) string {
+	specMode := specTLSMode(probe)
+	note := fmt.Sprintf("probe %d (%s) sets tlsMode %q and Secret %s holds tlsMode %q: the probe uses the spec's %q",
+		i, probe.Describe(), specMode, secret, mode, specMode)
+	if probe.PostgreSQL == nil || probe.PostgreSQL.TLSMode != swhv1alpha1.PostgreSQLTLSDisable {
 		return note
 	}
 	return note + fmt.Sprintf(`. A resource created when the CRD defaulted tlsMode to "disable" stores it without the user setting it; to use the Secret's, remove it: `+
@@ -82,8 +98,8 @@ func (p *Publisher) secretTLSModeChanged(secret types.NamespacedName) {
 		if swh.Spec.Healthcheck == nil {
 			continue
 		}
-		for _, probe := range swh.Spec.Healthcheck.Probes {
-			if pg := probe.PostgreSQL; pg != nil && pg.AuthSecretName == secret.Name && pg.TLSMode != "" {
+		for i := range swh.Spec.Healthcheck.Probes {
+			if probe := &swh.Spec.Healthcheck.Probes[i]; probe.AuthSecretName() == secret.Name && specTLSMode(probe) != "" {
 				using[client.ObjectKeyFromObject(swh)] = true
 			}
 		}

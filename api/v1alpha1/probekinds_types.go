@@ -140,7 +140,7 @@ type GRPCProbe struct {
 
 // GRPCMetadata is one entry of a call's metadata.
 //
-// +kubebuilder:validation:XValidation:rule="!self.name.startsWith('grpc-') && !(self.name in ['content-type', 'te', 'user-agent', 'host', 'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade'])",message="name is reserved: the prober sets the grpc- entries, content-type, te, user-agent and the connection headers",fieldPath=.name
+// +kubebuilder:validation:XValidation:rule="!self.name.startsWith('grpc-') && !(self.name in ['content-type', 'te', 'user-agent', 'host', 'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'content-length', 'trailer', 'accept-encoding', 'content-encoding'])",message="name is reserved: the prober sets the grpc- entries, content-type, te, user-agent, the connection headers and the body's encoding",fieldPath=.name
 type GRPCMetadata struct {
 	// Name is the key: lowercase letters, digits, '-', '_' and '.'; a
 	// binary key (ending in -bin) is not supported.

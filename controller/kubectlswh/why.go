@@ -114,6 +114,9 @@ func Why(s *Snapshot, pod *corev1.Pod, now time.Time) []string {
 		ep := s.endpoint(pod, port.Name, names)
 		ep.Stale = ep.Published && agentDown(node.AgentState)
 		out = append(out, "  "+published(ep, now))
+		if r := ep.Reason; r != nil && ReasonHint(r.Reason) != "" {
+			out = append(out, "  "+sentence("reason "+r.Reason+": "+ReasonHint(r.Reason)))
+		}
 	}
 	return out
 }

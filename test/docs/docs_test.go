@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/swh-dev/swh/controller/kubectlswh"
 )
 
 // root is the repository, seen from test/docs.
@@ -127,7 +129,8 @@ func TestFlagsDocumented(t *testing.T) {
 }
 
 // TestProbeReasonsDocumented: probes.md's table holds every reason a probe
-// result can carry, from the library and from the agent.
+// result can carry, from the library and from the agent, and kubectl swh
+// why explains each.
 func TestProbeReasonsDocumented(t *testing.T) {
 	reasonRE := regexp.MustCompile(`Reason[A-Za-z]*\s+(?:probes\.)?Reason\s*=\s*"([a-z-]+)"`)
 	reasons := matchesIn(reasonRE, goSources(t, "probes", "agent/publisher"), 1)
@@ -141,6 +144,9 @@ func TestProbeReasonsDocumented(t *testing.T) {
 		}
 		if !strings.Contains(doc, "| `"+r+"` |") {
 			t.Errorf("docs/probes.md has no row for the reason %q", r)
+		}
+		if kubectlswh.ReasonHint(r) == "" {
+			t.Errorf("kubectl swh why has no hint for the reason %q (controller/kubectlswh/hints.go)", r)
 		}
 	}
 }

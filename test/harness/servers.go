@@ -15,11 +15,13 @@ import (
 
 // TCPServer accepts connections on a fixed address and can be stopped and
 // started again on it, so a backend can fail (connection refused) and
-// recover. It counts connections and the bytes clients send.
+// recover. It counts connections and the bytes clients send, and greets
+// each client with a banner when one is set (a mail server's "220 …").
 type TCPServer struct {
 	addr     string
 	accepted atomic.Int64
 	received atomic.Int64
+	greeting atomic.Pointer[string]
 
 	mu       sync.Mutex
 	listener net.Listener
@@ -41,6 +43,10 @@ func (s *TCPServer) Addr() string { return s.addr }
 
 // Accepted returns how many connections the server has accepted.
 func (s *TCPServer) Accepted() int64 { return s.accepted.Load() }
+
+// SetGreeting makes the server send greeting to every new client as soon
+// as it accepts it; "" sends nothing.
+func (s *TCPServer) SetGreeting(greeting string) { s.greeting.Store(&greeting) }
 
 // BytesReceived returns how many bytes clients have sent.
 func (s *TCPServer) BytesReceived() int64 { return s.received.Load() }
@@ -76,6 +82,9 @@ func (s *TCPServer) serve(l net.Listener) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			if g := s.greeting.Load(); g != nil && *g != "" {
+				_, _ = io.WriteString(conn, *g)
+			}
 			n, _ := io.Copy(io.Discard, conn)
 			s.received.Add(n)
 			_ = conn.Close()
@@ -115,6 +124,7 @@ type HTTPServer struct {
 	status atomic.Int32
 	delay  atomic.Int64
 	hits   atomic.Int64
+	body   atomic.Pointer[string] // nil: "<addr> answered <status>"
 	// statusMu orders SetStatus with the responses: firstServed is when
 	// the first response of status generation statusGen was written.
 	statusMu    sync.Mutex
@@ -173,6 +183,10 @@ func (s *HTTPServer) FirstServed() time.Time {
 	return s.firstServed
 }
 
+// SetBody makes the server answer with body (after the status line and
+// header) instead of "<addr> answered <status>".
+func (s *HTTPServer) SetBody(body string) { s.body.Store(&body) }
+
 // SetDelay makes later responses wait d before answering (a slow backend).
 func (s *HTTPServer) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
 
@@ -202,7 +216,11 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	code, gen := s.status.Load(), s.statusGen
 	s.statusMu.Unlock()
 	w.WriteHeader(int(code))
-	_, _ = fmt.Fprintf(w, "%s answered %d\n", s.addr, code)
+	if body := s.body.Load(); body != nil {
+		_, _ = io.WriteString(w, *body)
+	} else {
+		_, _ = fmt.Fprintf(w, "%s answered %d\n", s.addr, code)
+	}
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
 	}

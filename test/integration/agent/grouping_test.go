@@ -30,7 +30,7 @@ func startBackend(t testing.TB, ns, app, name, node string) *backend {
 }
 
 // startBackendPod is startBackend for a pod described by opts (its
-// addresses and ports are filled in).
+// addresses are filled in, its ports follow the backend's).
 func startBackendPod(t testing.TB, opts harness.PodOptions) *backend {
 	t.Helper()
 	ip := harness.PodIP(t)
@@ -45,7 +45,7 @@ func startBackendPod(t testing.TB, opts harness.PodOptions) *backend {
 	}
 	t.Cleanup(func() { _ = b.smtp.Stop() })
 	opts.IPs = []string{ip}
-	opts.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "smtp", ContainerPort: 2525}, {Name: "health", ContainerPort: 8081}}
+	opts.Ports = append([]corev1.ContainerPort{{Name: "http", ContainerPort: 8080}, {Name: "smtp", ContainerPort: 2525}, {Name: "health", ContainerPort: 8081}}, opts.Ports...)
 	if b.pod, err = harness.CreatePod(context.Background(), controlPlane.Client, opts); err != nil {
 		t.Fatal(err)
 	}

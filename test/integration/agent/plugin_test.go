@@ -204,6 +204,7 @@ func TestKubectlSwh(t *testing.T) {
 		"Port web → pod port 8080: gated by probe 0 (HTTP probe on 8080)",
 		"Port smtp → pod port 2525 (named targetPort \"smtp\" is 2525 on this pod): no probe gates it",
 		"Published: not ready, http-status for ",
+		"Reason http-status: the HTTP status is not one of expectedStatusCodes.",
 	} {
 		if !strings.Contains(why, want) {
 			t.Errorf("why lacks %q", want)
