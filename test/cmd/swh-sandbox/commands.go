@@ -26,11 +26,13 @@ import (
 // subcommands.
 const commandHelp = `commands (type one in the live view and press Enter, or run
 ` + "`swh-sandbox COMMAND`" + ` in another terminal):
-  fail POD[:PORT]      make a backend fail: HTTP answers 503, TCP and
-                       PostgreSQL stop listening (all the pod's backends
-                       without :PORT)
+  fail POD[:PORT]      make a backend fail: HTTP answers 503, SMTP greets
+                       with 421, other TCP servers, PostgreSQL and Redis
+                       stop (all the pod's backends without :PORT)
   recover POD[:PORT]   undo fail (an old primary comes back as a replica)
-  promote POD          promote a PostgreSQL replica; the old primary stops
+  promote POD          promote a PostgreSQL replica (the old primary stops)
+                       or a Redis replica (the old master and the other
+                       replicas follow it): db-write or redis-write moves
   split-brain POD      promote a replica while the old primary runs on:
                        two primaries, one published on db-write
   lag POD              pause a replica's replay and write on the primary:
@@ -226,10 +228,22 @@ func (s *sandbox) setBackend(ctx context.Context, p *pod, b *backend, fail bool)
 		b.http.SetStatus(http.StatusOK)
 		return where + " answers 200", nil
 	case kindTCP:
+		if b.greeting != "" {
+			// A mail server that refuses mail still accepts connections:
+			// only a probe that reads the banner tells.
+			if fail {
+				b.tcp.SetGreeting("421 " + p.name + ".example.test Service not available\r\n")
+				return where + " greets with 421", nil
+			}
+			b.tcp.SetGreeting(b.greeting)
+			return where + " greets with 220", nil
+		}
 		if fail {
 			return where + " stopped listening", b.tcp.Stop()
 		}
 		return where + " listens again", b.tcp.Start()
+	case kindRedis:
+		return s.setRedis(ctx, p, b, where, fail)
 	}
 	if fail {
 		return where + " stopped", b.pg.Stop()
@@ -254,8 +268,11 @@ func (s *sandbox) setBackend(ctx context.Context, p *pod, b *backend, fail bool)
 // promote promotes a replica and stops the old primary.
 func (s *sandbox) promote(ctx context.Context, name string) (string, error) {
 	p := s.pod(name)
+	if p != nil && p.labels["app"] == "cache" {
+		return s.promoteRedis(ctx, p)
+	}
 	if p == nil || p.labels["app"] != "db" {
-		return "", fmt.Errorf("%q is not a database pod", name)
+		return "", fmt.Errorf("%q is not a database or cache pod", name)
 	}
 	if name == s.primary {
 		return "", fmt.Errorf("%s is already the primary", name)
@@ -457,6 +474,10 @@ func (s *sandbox) removePod(ctx context.Context, p *pod) {
 			if b.pg != nil {
 				_ = b.pg.Stop()
 			}
+		case kindRedis:
+			if b.redis != nil {
+				_ = b.redis.Stop()
+			}
 		}
 	}
 	p.gone, p.deleting = true, false
@@ -489,6 +510,10 @@ func (s *sandbox) recreate(ctx context.Context, name, nodeName string) (string, 
 		switch b.kind {
 		case kindHTTP:
 			b.http.SetStatus(http.StatusOK)
+		case kindRedis:
+			if _, err := s.setRedis(ctx, p, b, name, false); err != nil {
+				return "", err
+			}
 		case kindPostgres:
 			if b.pg == nil {
 				return "", fmt.Errorf("the database of %s is gone", name)

@@ -165,6 +165,9 @@ func startInner(root, tmp string, opts options, api *net.TCPListener, control *n
 	if opts.requirePostgres {
 		args = append(args, "-require-postgres")
 	}
+	if opts.requireRedis {
+		args = append(args, "-require-redis")
+	}
 	cmd := exec.Command(filepath.Join(root, "hack", "netns.sh"), args...)
 	cmd.Env = append(withoutEnv(os.Environ(), "SWH_NETNS", "SWH_NETNS_ROOTLESS", "TMPDIR"), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = outW, outW

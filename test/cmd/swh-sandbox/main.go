@@ -32,6 +32,8 @@ type options struct {
 	noPostgres bool
 	// requirePostgres fails the start when PostgreSQL cannot run.
 	requirePostgres bool
+	// requireRedis fails the start when Redis cannot run.
+	requireRedis bool
 	// plain forces the line-oriented output even on a terminal.
 	plain bool
 }
@@ -52,6 +54,7 @@ func main() {
 	flags.IntVar(&opts.port, "port", 16443, "host port (on 127.0.0.1) forwarded to the API server; a free one is used when it is taken, 0 always picks a free one")
 	flags.BoolVar(&opts.noPostgres, "no-postgres", false, "skip the PostgreSQL example")
 	flags.BoolVar(&opts.requirePostgres, "require-postgres", false, "fail when PostgreSQL cannot run instead of skipping its example")
+	flags.BoolVar(&opts.requireRedis, "require-redis", false, "fail when Redis cannot run instead of skipping its example")
 	flags.BoolVar(&opts.plain, "plain", false, "line-oriented output even on a terminal (what it prints when stdout is not one)")
 	flags.Usage = func() {
 		fmt.Fprintf(flags.Output(), "usage: swh-sandbox [flags]            start the sandbox\n       swh-sandbox [-out DIR] COMMAND   act on a running one\n\n%s\nflags:\n", commandHelp)

@@ -22,7 +22,8 @@ import (
 )
 
 // manifests are the sandbox's resources; the database ones carry the label
-// example=database and are skipped without PostgreSQL.
+// example=database and are skipped without PostgreSQL, the Redis ones
+// example=cache and are skipped without Redis.
 //
 //go:embed manifests.yaml
 var manifests []byte
@@ -47,10 +48,11 @@ const (
 	kindHTTP backendKind = iota
 	kindTCP
 	kindPostgres
+	kindRedis
 )
 
 func (k backendKind) String() string {
-	return [...]string{"HTTP", "TCP", "PostgreSQL"}[k]
+	return [...]string{"HTTP", "TCP", "PostgreSQL", "Redis"}[k]
 }
 
 // backend is a real server on a pod address.
@@ -59,13 +61,17 @@ type backend struct {
 	port int
 	kind backendKind
 
-	http *harness.HTTPServer
-	tcp  *harness.TCPServer
-	pg   *harness.Postgres
+	http  *harness.HTTPServer
+	tcp   *harness.TCPServer
+	pg    *harness.Postgres
+	redis *harness.Redis
+	// greeting is what a TCP backend sends first (a mail server's banner).
+	greeting string
 	// failed is what the user asked: fail sets it, recover clears it.
 	failed bool
-	// demoted marks a PostgreSQL primary stopped by a promotion: it comes
-	// back as a replica of the new primary.
+	// demoted marks a PostgreSQL primary stopped by a promotion, or a
+	// Redis master stopped when another was promoted: it comes back as a
+	// replica of the new primary (master).
 	demoted bool
 }
 
@@ -117,6 +123,7 @@ type sandbox struct {
 	nodes      []*node
 	pods       []*pod
 	primary    string // the PostgreSQL primary's pod, empty without PostgreSQL
+	master     string // the Redis master's pod, empty without Redis
 	pending    sync.WaitGroup
 	// lagging are the replicas whose replay the lag command paused;
 	// stopWrites ends the writes on the primary that make them lag.
@@ -135,11 +142,13 @@ func newSandbox(cp *harness.ControlPlane, opts options) *sandbox {
 // podSpecs are the sandbox's pods, spread over the three nodes.
 func podSpecs() []*pod {
 	db := map[string]string{"app": "db"}
+	cache := map[string]string{"app": "cache"}
 	vm := map[string]string{"vm": "my-vm"}
 	app := map[string]string{"app": "app"}
 	pg := func() []*backend { return []*backend{{name: "postgres", port: 5432, kind: kindPostgres}} }
-	web := func() []*backend {
-		return []*backend{{name: "http", port: 8080, kind: kindHTTP}, {name: "smtp", port: 2525, kind: kindTCP}}
+	redis := func() []*backend { return []*backend{{name: "redis", port: 6379, kind: kindRedis}} }
+	web := func(host string) []*backend {
+		return []*backend{{name: "http", port: 8080, kind: kindHTTP}, {name: "smtp", port: 2525, kind: kindTCP, greeting: "220 " + host + ".example.test ESMTP\r\n"}}
 	}
 	api := func() []*backend {
 		return []*backend{{name: "api", port: 8443, kind: kindTCP}, {name: "grpc", port: 9000, kind: kindTCP}, {name: "health", port: 8081, kind: kindHTTP}}
@@ -148,8 +157,11 @@ func podSpecs() []*pod {
 		{name: "db-0", node: "node-1", ip: "10.244.1.10", labels: db, backends: pg()},
 		{name: "db-1", node: "node-2", ip: "10.244.2.10", labels: db, backends: pg()},
 		{name: "db-2", node: "node-3", ip: "10.244.3.10", labels: db, backends: pg()},
-		{name: "vm-0", node: "node-1", ip: "10.244.1.20", labels: vm, backends: web()},
-		{name: "vm-1", node: "node-2", ip: "10.244.2.20", labels: vm, backends: web()},
+		{name: "cache-0", node: "node-1", ip: "10.244.1.40", labels: cache, backends: redis()},
+		{name: "cache-1", node: "node-2", ip: "10.244.2.40", labels: cache, backends: redis()},
+		{name: "cache-2", node: "node-3", ip: "10.244.3.40", labels: cache, backends: redis()},
+		{name: "vm-0", node: "node-1", ip: "10.244.1.20", labels: vm, backends: web("vm-0")},
+		{name: "vm-1", node: "node-2", ip: "10.244.2.20", labels: vm, backends: web("vm-1")},
 		{name: "app-0", node: "node-2", ip: "10.244.2.30", labels: app, backends: api()},
 		{name: "app-1", node: "node-3", ip: "10.244.3.30", labels: app, backends: api()},
 	}
@@ -207,8 +219,18 @@ func (s *sandbox) start(ctx context.Context) error {
 			return fmt.Errorf("starting PostgreSQL: %w", err)
 		}
 	}
+	progress("starting Redis: a master on cache-0 and replicas on cache-1 and cache-2")
+	withCache := false
+	switch err := s.startRedis(ctx, pods); {
+	case err == nil:
+		withCache = true
+	case errors.Is(err, harness.ErrMissingDependency) && !s.opts.requireRedis:
+		progress("WARNING: no Redis example (redis-read, redis-write): %v", err)
+	default:
+		return fmt.Errorf("starting Redis: %w", err)
+	}
 	for _, p := range pods {
-		if p.labels["app"] == "db" && !withDB {
+		if p.labels["app"] == "db" && !withDB || p.labels["app"] == "cache" && !withCache {
 			continue
 		}
 		s.pods = append(s.pods, p)
@@ -239,7 +261,7 @@ func (s *sandbox) start(ctx context.Context) error {
 		return err
 	}
 	for _, r := range resources {
-		if r.Labels["example"] == "database" && !withDB {
+		if r.Labels["example"] == "database" && !withDB || r.Labels["example"] == "cache" && !withCache {
 			continue
 		}
 		if err := c.Create(ctx, r); err != nil {
@@ -301,7 +323,33 @@ func (s *sandbox) startPostgres(ctx context.Context, pods []*pod) error {
 	return nil
 }
 
-// startBackends starts the pod's servers (PostgreSQL is already running).
+// startRedis starts the master on the first cache pod's address and a
+// replica on each of the others.
+func (s *sandbox) startRedis(ctx context.Context, pods []*pod) error {
+	var cache []*pod
+	for _, p := range pods {
+		if p.labels["app"] == "cache" {
+			cache = append(cache, p)
+		}
+	}
+	master, err := harness.StartRedis(ctx, harness.RedisOptions{Addr: cache[0].ip, Port: 6379})
+	if err != nil {
+		return err
+	}
+	cache[0].backends[0].redis = master
+	s.master = cache[0].name
+	for _, p := range cache[1:] {
+		r, err := master.StartReplica(ctx, harness.RedisOptions{Addr: p.ip, Port: 6379})
+		if err != nil {
+			return errors.Join(err, master.Close())
+		}
+		p.backends[0].redis = r
+	}
+	return nil
+}
+
+// startBackends starts the pod's servers (PostgreSQL and Redis are already
+// running).
 func (s *sandbox) startBackends(p *pod) error {
 	for _, b := range p.backends {
 		addr := fmt.Sprintf("%s:%d", p.ip, b.port)
@@ -318,6 +366,9 @@ func (s *sandbox) startBackends(p *pod) error {
 				b.tcp, err = harness.StartTCPServer(addr)
 			} else {
 				err = b.tcp.Start()
+			}
+			if err == nil && b.greeting != "" {
+				b.tcp.SetGreeting(b.greeting)
 			}
 		}
 		if err != nil {
@@ -397,6 +448,8 @@ func (s *sandbox) close() {
 				_ = b.tcp.Stop()
 			case b.pg != nil:
 				_ = b.pg.Close()
+			case b.redis != nil:
+				_ = b.redis.Close()
 			}
 		}
 	}

@@ -92,7 +92,7 @@ func start(t *testing.T) *sandbox {
 	s := &sandbox{t: t, bin: filepath.Join(build(t), "swh-sandbox"), out: t.TempDir(), output: &harness.Buffer{}}
 	args := []string{"-out", s.out, "-port", "0"}
 	if harness.InCI() {
-		args = append(args, "-require-postgres") // a missing PostgreSQL fails in CI
+		args = append(args, "-require-postgres", "-require-redis") // a missing server fails in CI
 	}
 	// A pipe the sandbox holds itself: no copy to wait for once it exits.
 	stdin, input, err := os.Pipe()
@@ -265,12 +265,16 @@ func TestSandbox(t *testing.T) {
 	if err := s.c.List(ctx, resources, client.InNamespace("default")); err != nil {
 		t.Fatalf("listing resources through the forwarded port: %v", err)
 	}
-	withDB := false
+	withDB, withCache := false, false
 	for _, r := range resources.Items {
 		withDB = withDB || r.Name == "db-write"
+		withCache = withCache || r.Name == "redis-write"
 	}
 	if !withDB {
 		t.Log("no PostgreSQL here: the database example is not checked")
+	}
+	if !withCache {
+		t.Log("no Redis here: the cache example is not checked")
 	}
 
 	web := map[string]string{"web-node-1": "vm-0:TTF", "web-node-2": "vm-1:TTF"}
@@ -278,11 +282,43 @@ func TestSandbox(t *testing.T) {
 	app := map[string]string{"app-api-node-2": "app-0:TTF", "app-api-node-3": "app-1:TTF", "app-grpc-node-2": "app-0:TTF", "app-grpc-node-3": "app-1:TTF"}
 	dbRead := map[string]string{"db-read-node-1": "db-0:TTF", "db-read-node-2": "db-1:TTF", "db-read-node-3": "db-2:TTF"}
 	dbWrite := map[string]string{"db-write-node-1": "db-0:TTF", "db-write-node-2": "db-1:FFF", "db-write-node-3": "db-2:FFF"}
+	redisWrite := map[string]string{"redis-write-node-1": "cache-0:TTF", "redis-write-node-2": "cache-1:FFF", "redis-write-node-3": "cache-2:FFF"}
+	redisRead := map[string]string{"redis-read-node-1": "cache-0:FFF", "redis-read-node-2": "cache-1:TTF", "redis-read-node-3": "cache-2:TTF"}
 	want := map[string]map[string]string{"web": web, "smtp": smtp, "app": app}
 	if withDB {
 		want["db-read"], want["db-write"] = dbRead, dbWrite
 	}
+	if withCache {
+		want["redis-write"], want["redis-read"] = redisWrite, redisRead
+	}
 	s.waitSlices("at start", want)
+
+	// smtp checks the banner: a mail server that greets with 421 still
+	// accepts connections, and leaves smtp; web keeps the pod.
+	s.send("fail vm-1:smtp")
+	smtp["smtp-node-2"] = "vm-1:FFF"
+	s.waitSlices("vm-1 greeting with 421", want)
+	s.send("recover vm-1:smtp")
+	smtp["smtp-node-2"] = "vm-1:TTF"
+	s.waitSlices("vm-1 greeting with 220 again", want)
+
+	if withCache {
+		// A Redis failover: redis-write follows the new master within
+		// period × (failureThreshold + successThreshold) + 1 s, and the
+		// old master, now its replica, serves redis-read.
+		s.send("promote cache-1")
+		s.waitOutput("promoted cache-1 to master", 20*time.Second)
+		promoted := time.Now()
+		redisWrite["redis-write-node-1"], redisWrite["redis-write-node-2"] = "cache-0:FFF", "cache-1:TTF"
+		s.waitSlices("redis-write following cache-1", map[string]map[string]string{"redis-write": redisWrite})
+		moved := time.Since(promoted)
+		t.Logf("redis-write moved to the new master %v after the promotion", moved.Round(time.Millisecond))
+		if bound := 1*time.Second*(2+1) + time.Second; moved > bound {
+			t.Errorf("redis-write moved %v after the promotion, more than period × (failureThreshold + successThreshold) + 1 s = %v", moved, bound)
+		}
+		redisRead["redis-read-node-1"], redisRead["redis-read-node-2"] = "cache-0:TTF", "cache-1:FFF"
+		s.waitSlices("redis-read after the failover", want)
+	}
 
 	// A failing web server withdraws vm-0 from web only: smtp keeps it.
 	s.send("fail vm-0:http")
