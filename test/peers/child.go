@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
 )
 
 // The servers the probers are measured against run in a child process (this
@@ -44,7 +46,7 @@ func runChild(spec string) error {
 	kind, count, _ := strings.Cut(spec, ":")
 	n, err := strconv.Atoi(count)
 	if err != nil || n < 1 {
-		return fmt.Errorf("bad %s=%q, want tcp:N or http:N", childEnv, spec)
+		return fmt.Errorf("bad %s=%q, want tcp:N, http:N or grpc:N", childEnv, spec)
 	}
 	in := bufio.NewScanner(os.Stdin)
 	addr := netip.AddrFrom4([4]byte{127, 0, 0, 1})
@@ -71,6 +73,7 @@ func runChild(spec string) error {
 	if err := out.Flush(); err != nil {
 		return err
 	}
+	var grpcSrv *grpc.Server
 	for _, l := range listeners {
 		switch kind {
 		case "tcp":
@@ -78,6 +81,13 @@ func runChild(spec string) error {
 		case "http":
 			srv := &http.Server{Handler: http.HandlerFunc(healthz), ReadHeaderTimeout: 10 * time.Second}
 			go func() { _ = srv.Serve(l) }()
+		case "grpc":
+			// One grpc-go server with its health service on every
+			// listener.
+			if grpcSrv == nil {
+				grpcSrv = newGRPCServer()
+			}
+			go func() { _ = grpcSrv.Serve(l) }()
 		default:
 			return fmt.Errorf("unknown server kind %q", kind)
 		}
@@ -120,7 +130,7 @@ type child struct {
 	Addrs  []string
 }
 
-// startChild starts n servers of kind ("tcp" or "http") in a child process,
+// startChild starts n servers of kind ("tcp", "http" or "grpc") in a child process,
 // on 127.0.0.1 or, with placement Netns, in a new network namespace.
 func startChild(kind string, n int, placement Placement) (*child, error) {
 	self, err := os.Executable()

@@ -166,7 +166,7 @@ func kubeResultErr(r kubeprobe.Result, out string, err error) error {
 	return nil
 }
 
-// compare measures variants against servers of kind ("tcp" or "http"), one
+// compare measures variants against servers of kind ("tcp", "http" or "grpc"), one
 // server each, in rounds that interleave the variants so that a slow moment
 // of the machine hits all of them alike; each figure is the median of the
 // rounds. A short warm-up round comes first and is not counted.

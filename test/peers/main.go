@@ -1,23 +1,31 @@
 // Command peers measures the probes library side by side with kubelet's
-// probers and raw standard-library baselines, in one run, and prints each
-// figure with the ratios (make bench-probes):
+// probers and raw baselines (the standard library's; grpc-go's for gRPC), in
+// one run, and prints each figure with the ratios (make bench-probes):
 //
 //   - TCP: probes.TCPProber, a raw net.Dialer connect-and-close loop and
 //     kubelet's k8s.io/kubernetes/pkg/probe/tcp;
 //   - HTTP: probes.HTTPProber, a raw http.Client without keep-alive and
 //     kubelet's pkg/probe/http;
+//   - gRPC (grpc): grpchealth.Prober, a raw grpc-go client (grpc.NewClient,
+//     Health/Check, Close) and kubelet's pkg/probe/grpc, each calling
+//     grpc.health.v1.Health/Check on a connection of its own per probe,
+//     against grpc-go's health server;
 //   - scheduler: 10,000 TCP targets at a 1 s period through probes.Scheduler,
 //     the same with kubelet's TCP prober under our scheduler, and the same
-//     load run the way kubelet's prober workers run it.
+//     load run the way kubelet's prober workers run it;
+//   - gRPC scheduler (grpc-scheduler): 1,000 gRPC targets at a 1 s period
+//     through probes.Scheduler with grpchealth.Prober, and the same with
+//     kubelet's gRPC prober under our scheduler.
 //
-// Per probe it reports wall time, heap allocations, CPU time (getrusage) and
-// the TIME_WAIT sockets left on the prober's side; for the scheduler, probes
+// -only picks some of them (-only grpc,grpc-scheduler: the gRPC ones). Per
+// probe it reports wall time, heap allocations, CPU time (getrusage) and
+// the TIME_WAIT sockets left on the prober's side; for the schedulers, probes
 // per second, CPU cores of the prober and of the servers, CPU time per probe,
 // scheduling lag and false failures. The servers run in a child process, so
-// the CPU figures are the probers'. For the TCP and HTTP comparisons they
-// listen on 127.0.0.1; for the scheduler, when the benchmark runs as root in
-// hack/netns.sh (make bench-probes), it measures each run twice, side by
-// side: with the servers on 127.0.0.1 and with the servers in a network
+// the CPU figures are the probers'. For the TCP, HTTP and gRPC comparisons
+// they listen on 127.0.0.1; for the schedulers, when the benchmark runs as
+// root in hack/netns.sh (make bench-probes), it measures each run twice, side
+// by side: with the servers on 127.0.0.1 and with the servers in a network
 // namespace of their own that it creates, linked by a veth pair on
 // 198.18.0.0/30 (-server-netns=false: loopback only). No packet goes
 // anywhere else. Speed is measured here, never asserted in tests: the
@@ -32,24 +40,32 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	kubegrpc "k8s.io/kubernetes/pkg/probe/grpc"
 	kubetcp "k8s.io/kubernetes/pkg/probe/tcp"
 
 	"github.com/swh-dev/swh/probes"
+	"github.com/swh-dev/swh/probes/grpchealth"
 )
 
 type options struct {
 	rounds    int
 	tcpOps    int
 	httpOps   int
+	grpcOps   int
 	sched     SchedConfig
 	kubeSched bool
-	only      string
-	deadline  time.Duration
-	withGoals bool
+	// grpcTargets and grpcListeners size the gRPC scheduler load; the
+	// rest of its configuration is sched's.
+	grpcTargets   int
+	grpcListeners int
+	only          string
+	deadline      time.Duration
+	withGoals     bool
 	// serverNetns runs the scheduler loads twice: servers in a network
 	// namespace of their own, then on loopback.
 	serverNetns bool
@@ -64,15 +80,18 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 7, "interleaved rounds of each TCP and HTTP comparison (medians are reported)")
 	flag.IntVar(&o.tcpOps, "tcp-ops", 4000, "TCP probes per variant and round")
 	flag.IntVar(&o.httpOps, "http-ops", 1500, "HTTP probes per variant and round")
+	flag.IntVar(&o.grpcOps, "grpc-ops", 1000, "gRPC probes per variant and round")
 	flag.IntVar(&o.sched.Targets, "targets", 10000, "scheduler: TCP targets")
 	flag.IntVar(&o.sched.Listeners, "listeners", 10000, "scheduler: listening ports the targets spread over")
 	flag.DurationVar(&o.sched.Period, "period", time.Second, "scheduler: period of every target")
 	flag.DurationVar(&o.sched.Warmup, "warmup", 2*time.Second, "scheduler: unmeasured start (the first, jittered round)")
 	flag.DurationVar(&o.sched.Duration, "duration", 15*time.Second, "scheduler: measured window")
+	flag.IntVar(&o.grpcTargets, "grpc-targets", 1000, "gRPC scheduler: gRPC targets (period, warm-up and window as the scheduler's)")
+	flag.IntVar(&o.grpcListeners, "grpc-listeners", 1000, "gRPC scheduler: listening ports the targets spread over")
 	flag.BoolVar(&o.kubeSched, "kubelet-scheduler", true, "scheduler: also run the load with kubelet's prober, through our scheduler and the way kubelet's workers do")
 	flag.BoolVar(&o.serverNetns, "server-netns", netnsDefault(), "scheduler: also run every load with the servers in a network namespace of their own, over a veth pair (198.18.0.0/30), side by side with loopback (needs root; default: as root inside hack/netns.sh)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "scheduler: write a CPU profile (pprof) of the prober over the measured window of our scheduler's run (servers in their own namespace with -server-netns) to this file")
-	flag.StringVar(&o.only, "only", "tcp,http,scheduler", "comparisons to run, comma-separated")
+	flag.StringVar(&o.only, "only", allComparisons, "comparisons to run, comma-separated, of "+allComparisons)
 	flag.DurationVar(&o.deadline, "deadline", 10*time.Minute, "give up (exit 2) after this long")
 	flag.Parse()
 	o.withGoals = true
@@ -89,10 +108,17 @@ func main() {
 	}
 }
 
+// allComparisons are the names -only takes, in the order they run.
+const allComparisons = "tcp,http,grpc,scheduler,grpc-scheduler"
+
 func run(w io.Writer, o options) error {
 	want := map[string]bool{}
 	for _, s := range strings.Split(o.only, ",") {
-		want[strings.TrimSpace(s)] = true
+		s = strings.TrimSpace(s)
+		if !slices.Contains(strings.Split(allComparisons, ","), s) {
+			return fmt.Errorf("-only: unknown comparison %q (want some of %s)", s, allComparisons)
+		}
+		want[s] = true
 	}
 	fmt.Fprintf(w, "Probers side by side: %s %s/%s, %d CPUs, GOMAXPROCS %d; servers in a child process.\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0))
@@ -123,8 +149,25 @@ func run(w io.Writer, o options) error {
 			goal(w, "within 1.2x of the raw floor, "+floor.Name+" (ns/op and CPU/op)", within(ours.Median, floor.Median, 1.2))
 		}
 	}
+	if want["grpc"] {
+		fmt.Fprintf(w, "\nLoad average before gRPC: %s\n", loadAverage())
+		c, err := compare("gRPC: Health/Check, a connection per probe", "grpc", grpcVariants(), o.rounds, o.grpcOps)
+		if err != nil {
+			return fmt.Errorf("gRPC: %w", err)
+		}
+		printComparison(w, c)
+		if o.withGoals {
+			ours, kube := c.Row("ours").Median, c.Row("kubelet").Median
+			goal(w, "cheaper than kubelet's (CPU/op and allocs/op)", ours.CPUUsPerOp() < kube.CPUUsPerOp() && ours.AllocsPerOp < kube.AllocsPerOp)
+		}
+	}
 	if want["scheduler"] {
 		if err := runSchedulers(w, o); err != nil {
+			return err
+		}
+	}
+	if want["grpc-scheduler"] {
+		if err := runGRPCSchedulers(w, o); err != nil {
 			return err
 		}
 	}
@@ -154,16 +197,18 @@ func printComparison(w io.Writer, c *Comparison) {
 	fmt.Fprintf(w, "(TIME_WAIT left: the prober's sockets to the variant's server in TIME_WAIT after its %d connections, bounded by net.ipv4.tcp_max_tw_buckets)\n", c.Rows[0].Ops)
 }
 
-// runSchedulers runs the scheduler loads, in each placement of the servers,
-// and prints them.
+// load is one way of running a scheduler load.
+type load struct {
+	name string
+	run  func(SchedConfig) (*SchedRow, error)
+}
+
+// runSchedulers runs the TCP scheduler loads, in each placement of the
+// servers, and prints them.
 func runSchedulers(w io.Writer, o options) error {
 	tcp, err := probes.NewTCP(probes.TCPConfig{})
 	if err != nil {
 		return err
-	}
-	type load struct {
-		name string
-		run  func(SchedConfig) (*SchedRow, error)
 	}
 	// The same prober through a net.Dialer: what its direct system calls
 	// (Linux, IP targets) save.
@@ -186,10 +231,6 @@ func runSchedulers(w io.Writer, o options) error {
 			}},
 			load{"kubelet-style scheduler", runKubeletStyle})
 	}
-	placements := []Placement{Loopback}
-	if o.serverNetns {
-		placements = []Placement{Netns, Loopback}
-	}
 	var profile *os.File
 	if o.cpuProfile != "" {
 		if profile, err = os.Create(o.cpuProfile); err != nil {
@@ -197,40 +238,14 @@ func runSchedulers(w io.Writer, o options) error {
 		}
 		defer profile.Close()
 	}
-	// Each load runs in every placement before the next load, so that
-	// the rows compared across placements are measured close in time.
-	rows := map[Placement][]*SchedRow{}
-	for i, l := range loads {
-		for _, p := range placements {
-			fmt.Fprintf(w, "\nLoad average before the scheduler (%s, servers on %s): %s\n", l.name, p, loadAverage())
-			cfg := o.sched
-			cfg.Placement = p
-			if i == 0 && p == placements[0] && profile != nil {
-				cfg.Profile = profile
-			}
-			r, err := l.run(cfg)
-			if err != nil {
-				return fmt.Errorf("%s, servers on %s: %w", l.name, p, err)
-			}
-			rows[p] = append(rows[p], r)
-		}
+	placements, rows, err := runLoads(w, o, o.sched, loads, profile)
+	if err != nil {
+		return err
 	}
-	for _, p := range placements {
-		fmt.Fprintln(w)
-		cfg := o.sched
-		cfg.Placement = p
-		printScheduler(w, cfg, rows[p])
-	}
-	fmt.Fprintln(w)
-	printPlacements(w, placements, rows)
 	if o.withGoals {
 		r := rows[placements[0]][0]
 		expected := float64(o.sched.Targets) / o.sched.Period.Seconds()
-		where := "servers in their own network namespace"
-		if placements[0] != Netns {
-			where = "servers on loopback: no netns run (-server-netns=false, or not root in hack/netns.sh)"
-		}
-		fmt.Fprintf(w, "Goals, for our scheduler and prober, %s:\n", where)
+		fmt.Fprintf(w, "Goals, for our scheduler and prober, %s:\n", goalsWhere(placements))
 		goal(w, fmt.Sprintf("%s probes/s (within 1%%)", thousands(expected)), r.ProbesPerSec >= 0.99*expected)
 		goal(w, fmt.Sprintf("<= 0.5 cores at %s probes/s (%.3f)", thousands(expected), r.Cores), r.Cores <= 0.5 && r.ProbesPerSec >= 0.99*expected)
 		goal(w, "scheduling lag p99 under 50ms", r.LagP99 < 50*time.Millisecond)
@@ -239,10 +254,95 @@ func runSchedulers(w io.Writer, o options) error {
 	return nil
 }
 
+// runGRPCSchedulers runs the gRPC scheduler loads: our scheduler with our
+// gRPC prober, then with kubelet's, in each placement of the servers, and
+// prints them.
+func runGRPCSchedulers(w io.Writer, o options) error {
+	ours, err := grpchealth.New(grpchealth.Config{})
+	if err != nil {
+		return err
+	}
+	loads := []load{
+		{"our scheduler with our gRPC prober", func(cfg SchedConfig) (*SchedRow, error) {
+			return runScheduler(cfg, "swh probes.Scheduler + grpchealth.Prober", ours)
+		}},
+		{"our scheduler with kubelet's gRPC prober", func(cfg SchedConfig) (*SchedRow, error) {
+			return runScheduler(cfg, "swh probes.Scheduler + kubelet pkg/probe/grpc", kubeletGRPC{kubegrpc.New()})
+		}},
+	}
+	cfg := o.sched
+	cfg.Kind, cfg.Targets, cfg.Listeners = "grpc", o.grpcTargets, o.grpcListeners
+	placements, rows, err := runLoads(w, o, cfg, loads, nil)
+	if err != nil {
+		return err
+	}
+	if o.withGoals {
+		r, kube := rows[placements[0]][0], rows[placements[0]][1]
+		expected := float64(cfg.Targets) / cfg.Period.Seconds()
+		fmt.Fprintf(w, "Goals, for our scheduler and gRPC prober, %s:\n", goalsWhere(placements))
+		goal(w, fmt.Sprintf("%s probes/s (within 1%%)", thousands(expected)), r.ProbesPerSec >= 0.99*expected)
+		goal(w, fmt.Sprintf("fewer prober cores than with kubelet's gRPC prober (%.3f, %.3f)", r.Cores, kube.Cores),
+			r.Cores < kube.Cores && r.ProbesPerSec >= 0.99*kube.ProbesPerSec)
+		goal(w, "zero false failures", r.FalseFailures() == 0)
+	}
+	return nil
+}
+
+// goalsWhere says where the servers of the first placement, the one the
+// goals are judged in, were.
+func goalsWhere(placements []Placement) string {
+	if placements[0] != Netns {
+		return "servers on loopback: no netns run (-server-netns=false, or not root in hack/netns.sh)"
+	}
+	return "servers in their own network namespace"
+}
+
+// runLoads runs every load in every placement of the servers, base giving
+// the rest of the configuration, and prints the tables; profile, if not nil,
+// receives a CPU profile of the first load's first run. It returns the
+// placements, in order, and the rows of each, in the order of loads.
+func runLoads(w io.Writer, o options, base SchedConfig, loads []load, profile io.Writer) ([]Placement, map[Placement][]*SchedRow, error) {
+	placements := []Placement{Loopback}
+	if o.serverNetns {
+		placements = []Placement{Netns, Loopback}
+	}
+	// Each load runs in every placement before the next load, so that
+	// the rows compared across placements are measured close in time.
+	what := "scheduler"
+	if base.kind() == "grpc" {
+		what = "gRPC scheduler"
+	}
+	rows := map[Placement][]*SchedRow{}
+	for i, l := range loads {
+		for _, p := range placements {
+			fmt.Fprintf(w, "\nLoad average before the %s (%s, servers on %s): %s\n", what, l.name, p, loadAverage())
+			cfg := base
+			cfg.Placement = p
+			if i == 0 && p == placements[0] && profile != nil {
+				cfg.Profile = profile
+			}
+			r, err := l.run(cfg)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s, servers on %s: %w", l.name, p, err)
+			}
+			rows[p] = append(rows[p], r)
+		}
+	}
+	for _, p := range placements {
+		fmt.Fprintln(w)
+		cfg := base
+		cfg.Placement = p
+		printScheduler(w, cfg, rows[p])
+	}
+	fmt.Fprintln(w)
+	printPlacements(w, base, placements, rows)
+	return placements, rows, nil
+}
+
 // printPlacements prints the CPU figures of every load in every placement
 // of the servers, side by side, and what the kernel charges to whom.
-func printPlacements(w io.Writer, placements []Placement, rows map[Placement][]*SchedRow) {
-	fmt.Fprintln(w, "Scheduler, CPU by placement of the servers:")
+func printPlacements(w io.Writer, cfg SchedConfig, placements []Placement, rows map[Placement][]*SchedRow) {
+	fmt.Fprintf(w, "%s, CPU by placement of the servers:\n", cfg.title())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\tservers\tprobes/s\tprober cores\tuser\tsys\tserver cores\tsoftirq cores (machine)\tprober CPU µs/probe\t")
 	for i := range rows[placements[0]] {
@@ -289,8 +389,8 @@ func thousands(n float64) string {
 }
 
 func printScheduler(w io.Writer, cfg SchedConfig, rows []*SchedRow) {
-	fmt.Fprintf(w, "Scheduler, servers on %s: %d TCP targets on %d ports of %s, period %v, measured for %v after %v of warm-up\n",
-		cfg.Placement, cfg.Targets, cfg.Listeners, cfg.Placement.describe(), cfg.Period, cfg.Duration, cfg.Warmup)
+	fmt.Fprintf(w, "%s, servers on %s: %d %s targets on %d ports of %s, period %v, measured for %v after %v of warm-up\n",
+		cfg.title(), cfg.Placement, cfg.Targets, cfg.label(), cfg.Listeners, cfg.Placement.describe(), cfg.Period, cfg.Duration, cfg.Warmup)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\tprobes/s\tcores\tlag p50\tlag p99\tlag max\tprobe p50\tprobe p99\tfalse failures\tTIME_WAIT run+shutdown\tpeak goroutines\tpeak threads\tserver cores\t")
 	for _, r := range rows {
@@ -304,6 +404,12 @@ func printScheduler(w io.Writer, cfg SchedConfig, rows []*SchedRow) {
 			x(float64(a.ProbeP50), float64(b.ProbeP50)), x(float64(a.ProbeP99), float64(b.ProbeP99)), x(float64(a.Goroutines), float64(b.Goroutines)), x(float64(a.Threads), float64(b.Threads)))
 	}
 	_ = tw.Flush()
+	if cfg.kind() == "grpc" {
+		fmt.Fprintln(w, "(lag: Report.Started - Report.Scheduled; probe: the probe's own duration (connect, Health/Check, close); cores: CPU time / wall")
+		fmt.Fprintln(w, " time; TIME_WAIT: the prober's sockets to the listeners in TIME_WAIT at the end of the window (warm-up included), + those the")
+		fmt.Fprintln(w, " shutdown added; both probers open one connection per probe, kubelet's a grpc-go ClientConn)")
+		return
+	}
 	fmt.Fprintln(w, "(lag: Report.Started - Report.Scheduled, or for kubelet-style the ticker's time to the probe's start; probe: the probe's own duration;")
 	fmt.Fprintln(w, " cores: CPU time / wall time; TIME_WAIT: the prober's sockets to the listeners in TIME_WAIT at the end of the window (warm-up")
 	fmt.Fprintln(w, " included), + those the shutdown added (Go's dialer closes a connection whose connect was canceled with a FIN, not a reset);")
@@ -328,7 +434,7 @@ func shortName(name string) string {
 	switch {
 	case strings.HasPrefix(name, "kubelet-style"):
 		return "kubelet-style"
-	case strings.HasSuffix(name, "kubelet pkg/probe/tcp"):
+	case strings.HasSuffix(name, "kubelet pkg/probe/tcp"), strings.HasSuffix(name, "kubelet pkg/probe/grpc"):
 		return "our scheduler + kubelet's prober"
 	case strings.HasSuffix(name, "via net.Dialer"):
 		return "ours via net.Dialer"

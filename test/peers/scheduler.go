@@ -24,6 +24,7 @@ import (
 
 // SchedConfig is one scheduler load.
 type SchedConfig struct {
+	Kind      string        // the servers: "tcp" (also for "") or "grpc" (grpc-go's health service)
 	Targets   int           // probed keys
 	Listeners int           // servers they spread over (each on its own port)
 	Period    time.Duration // of every key
@@ -33,6 +34,29 @@ type SchedConfig struct {
 	// Profile, if set, receives a CPU profile (pprof) of the prober over
 	// the measured window.
 	Profile io.Writer
+}
+
+func (c SchedConfig) kind() string {
+	if c.Kind == "" {
+		return "tcp"
+	}
+	return c.Kind
+}
+
+// title names c's load in a title: "Scheduler" or "gRPC scheduler".
+func (c SchedConfig) title() string {
+	if c.kind() == "grpc" {
+		return "gRPC scheduler"
+	}
+	return "Scheduler"
+}
+
+// label names the targets of c in a title: "TCP" or "gRPC".
+func (c SchedConfig) label() string {
+	if c.kind() == "grpc" {
+		return "gRPC"
+	}
+	return "TCP"
 }
 
 // SchedRow is what one way of running the load achieved over the measured
@@ -51,7 +75,8 @@ type SchedRow struct {
 	SoftirqCores   float64
 	LagP50, LagP99 time.Duration
 	LagMax         time.Duration
-	// ProbeP50 and ProbeP99 are the probes' own durations (connect and close).
+	// ProbeP50 and ProbeP99 are the probes' own durations (connect and close;
+	// for gRPC, connect, call and close).
 	ProbeP50, ProbeP99 time.Duration
 	Failures           map[string]int // reason -> count; every server is up, so all are false failures
 	TimeWait           int            // prober-side TIME_WAIT sockets at the end of the window, before shutdown
@@ -119,7 +144,7 @@ func (r *recorder) record(lag, latency time.Duration, failure string) {
 // runLoad starts the servers, lets start(ctx) run the load through the warm-up
 // and the measured window, and returns the figures.
 func runLoad(name string, cfg SchedConfig, start func(ctx context.Context, targets []probes.Target, rec *recorder) (wait func(), err error)) (*SchedRow, error) {
-	srv, err := startChild("tcp", cfg.Listeners, cfg.Placement)
+	srv, err := startChild(cfg.kind(), cfg.Listeners, cfg.Placement)
 	if err != nil {
 		return nil, err
 	}
