@@ -21,9 +21,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step "dependencies: PostgreSQL server, Redis server, iproute2, unshare, nftables and iptables (kube-proxy's modes in the e2e suite)"
+step "dependencies: PostgreSQL, Redis and MariaDB servers, iproute2, unshare, nftables and iptables (kube-proxy's modes in the e2e suite)"
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null || missing+=(postgresql)
+command -v mariadbd >/dev/null || missing+=(mariadb-server)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null || missing+=(util-linux)

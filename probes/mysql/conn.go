@@ -35,7 +35,7 @@ func (d *dialer) dial(ctx context.Context, network, address string) (net.Conn, e
 		return nil, context.Canceled
 	}
 	// The driver sets no deadline of its own (no read or write timeout
-	// is configured): the probe's bounds every read and write.
+	// is configured): the probe's deadline bounds every read and write.
 	if deadline, ok := ctx.Deadline(); ok {
 		_ = raw.SetDeadline(deadline)
 	}

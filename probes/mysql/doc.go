@@ -97,9 +97,10 @@
 // driver sees it: a packet of more than 64 KiB (8 KiB while logging in: a
 // greeting, an authentication request, a key), more than 256 KiB in one
 // probe (a health query answers one small row), a result of more than 4096
-// columns, a request for a local file (LOAD DATA LOCAL INFILE), more than 8
-// packets to log in, and the malformed greetings, OK and EOF packets,
-// method switches and public keys that would make the driver index past
-// their end. A panic of the driver that gets through anyway fails the
-// probe instead of the program.
+// columns, a request for a local file (LOAD DATA LOCAL INFILE), and the
+// malformed greetings, OK and EOF packets, method switches and public keys
+// that would make the driver index past their end. A panic of the driver
+// that gets through anyway fails the probe instead of the program (while
+// logging in, it leaves the driver's watcher goroutine behind, which is
+// why the prober refuses all it knows to cause one).
 package mysql

@@ -31,9 +31,6 @@ const (
 	// maxLoginPacketBytes bounds a packet of the login: the greeting, an
 	// authentication request, an RSA public key, an error. All are small.
 	maxLoginPacketBytes = 8 << 10
-	// maxLoginPackets bounds the packets of the login after the greeting:
-	// a switch of authentication method, a key, a result, an error.
-	maxLoginPackets = 8
 	// maxColumns bounds the column count of a result set, which the
 	// driver allocates before any column arrives (MySQL allows 4096
 	// columns in a table).
@@ -113,7 +110,6 @@ type parser struct {
 	prefix       [packetPrefixBytes]byte
 	prefixLen    int
 	total        int
-	loginPackets int
 	columnsLeft  uint64
 	deprecateEOF bool // the client asked for CLIENT_DEPRECATE_EOF
 
@@ -319,9 +315,6 @@ func (p *parser) greeting(body []byte) *streamError {
 // driver (go-sql-driver/mysql v1.10, handleAuthResult) does. Where the
 // driver fails the login, the parser moves on to phaseHeader.
 func (p *parser) login(body []byte) *streamError {
-	if p.loginPackets++; p.loginPackets > maxLoginPackets {
-		return protocolError("the server sent more than %d packets to log in", maxLoginPackets)
-	}
 	ph := p.phase
 	p.phase = phaseHeader // the login succeeded, or the driver gave up
 	switch {
