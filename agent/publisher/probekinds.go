@@ -19,8 +19,11 @@ import (
 func tcpConfig(spec *swhv1alpha1.TCPProbe) probes.TCPConfig {
 	var cfg probes.TCPConfig
 	for _, s := range spec.Steps {
-		step := probes.Step{Send: []byte(s.Send)}
-		if len(s.SendBytes) > 0 {
+		var step probes.Step
+		switch {
+		case s.Send != "":
+			step.Send = []byte(s.Send)
+		case len(s.SendBytes) > 0:
 			step.Send = s.SendBytes
 		}
 		if e := s.Expect; e != nil {
@@ -93,7 +96,11 @@ func (f *proberFactory) redisConfig(ctx context.Context, ns string, owner types.
 	if creds.data != nil {
 		v := creds.data.values
 		cfg.User, cfg.Password = string(v[secretUser]), string(v[secretPassword])
-		cfg.ClientCert, cfg.ClientKey = v[secretClientCert], v[secretClientKey]
+		// The library refuses certificates a mode would not use; a
+		// Secret shared with other clients may hold them anyway.
+		if creds.tlsMode != string(swhv1alpha1.DatabaseTLSDisable) {
+			cfg.ClientCert, cfg.ClientKey = v[secretClientCert], v[secretClientKey]
+		}
 		if verifies(creds.tlsMode) {
 			cfg.CACert = v[secretCACert]
 		}
@@ -118,18 +125,16 @@ func (f *proberFactory) mySQLConfig(ctx context.Context, ns string, owner types.
 	}
 	cfg.TLSMode = mysql.TLSMode(creds.tlsMode)
 	if creds.data != nil {
+		// As PostgreSQL's: require with a caCert checks the chain.
 		v := creds.data.values
 		cfg.User, cfg.Password = string(v[secretUser]), string(v[secretPassword])
-		cfg.ClientCert, cfg.ClientKey = v[secretClientCert], v[secretClientKey]
-		if verifies(creds.tlsMode) {
-			cfg.CACert = v[secretCACert]
-		}
+		cfg.CACert, cfg.ClientCert, cfg.ClientKey = v[secretCACert], v[secretClientCert], v[secretClientKey]
 	}
 	return cfg, creds.fingerprint, nil
 }
 
 // verifies reports whether a TLS mode verifies the server, and so uses a
-// CA certificate: the others would refuse one.
+// CA certificate: Redis's prober refuses one with the others.
 func verifies(mode string) bool {
 	return mode == string(swhv1alpha1.DatabaseTLSVerifyCA) || mode == string(swhv1alpha1.DatabaseTLSVerifyFull)
 }
