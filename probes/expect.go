@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"strconv"
 )
 
@@ -22,8 +23,19 @@ const (
 	// previous match.
 	MaxExpectBytes = 16 << 10
 	// MaxExpectPatternBytes bounds an expect's literal or regular
-	// expression (RE2 compiles in time linear in its size).
+	// expression.
 	MaxExpectPatternBytes = 1 << 10
+	// MaxExpectProgramSize bounds the program a regular expression
+	// compiles to, in RE2 instructions: a search costs time linear in the
+	// bytes searched times this size, and a short pattern with a counted
+	// repetition ("(a?){500}") compiles to thousands. A health check's
+	// pattern takes a few dozen.
+	MaxExpectProgramSize = 256
+	// regexpSearchBudget bounds the bytes one probe's regular expressions
+	// search as data arrives, beyond one search of each step's bytes when
+	// its reading ends: a server dripping its answer a byte at a time
+	// would otherwise make each read search everything again.
+	regexpSearchBudget = 2 * MaxExpectBytes
 	// DefaultExpectBodyBytes is how much of an HTTP body is searched when
 	// the config does not say: GCE's health checks match in the first
 	// 1,024 bytes too.
@@ -63,9 +75,46 @@ func compileExpect(e Expect) (*matcher, error) {
 		if err != nil {
 			return nil, fmt.Errorf("regexp: %w", err)
 		}
+		if size := programSize(e.Regexp); size > MaxExpectProgramSize {
+			return nil, fmt.Errorf("regexp %.40q compiles to %d instructions, more than %d: write it without large counted repetitions", e.Regexp, size, MaxExpectProgramSize)
+		}
 		return &matcher{re: re}, nil
 	}
 	return &matcher{literal: bytes.Clone(e.Literal)}, nil
+}
+
+// programSize is the number of instructions of the program RE2 runs for
+// pattern, which regexp.Compile has accepted.
+func programSize(pattern string) int {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(re.Simplify())
+	if err != nil {
+		return 0
+	}
+	return len(prog.Inst)
+}
+
+// search looks for a match in b, which extends what an earlier search of
+// the same step saw: searched is how much of b that was. A literal is
+// looked for only where a new match can be; a regular expression searches
+// all of b again while budget lasts (the bytes it has left to search) and
+// otherwise waits for the final search, made with end.
+func (m *matcher) search(b []byte, searched int, budget *int) int {
+	if m.re == nil {
+		from := max(0, searched-len(m.literal)+1)
+		if i := bytes.Index(b[from:], m.literal); i >= 0 {
+			return from + i + len(m.literal)
+		}
+		return -1
+	}
+	if *budget < len(b) {
+		return -1
+	}
+	*budget -= len(b)
+	return m.end(b)
 }
 
 // end returns where the first match in b ends, or -1.
@@ -97,7 +146,7 @@ func (m *matcher) String() string {
 type MismatchError struct {
 	Step     int    // the TCP script's step, from 1; 0 for an HTTP body
 	Expected string // the pattern, quoted
-	Got      []byte // what arrived; Error shows its first maxShownBytes
+	Got      []byte // the start of what arrived, at most maxShownBytes
 	Read     int    // how many bytes were searched
 	Why      string // why the search stopped: the bound, the end of the data
 }
@@ -109,6 +158,12 @@ func (e *MismatchError) Error() string {
 	}
 	// The cause before the bytes: the message may be cut at its end.
 	return fmt.Sprintf("%s: expected %s, not found in %d bytes (%s): got %s", where, e.Expected, e.Read, e.Why, quoteShown(e.Got))
+}
+
+// mismatch returns the MismatchError of a search that stopped for why,
+// keeping only the start of what arrived.
+func mismatch(step int, m *matcher, got []byte, why string) *MismatchError {
+	return &MismatchError{Step: step, Expected: m.String(), Got: bytes.Clone(got[:min(len(got), maxShownBytes+1)]), Read: len(got), Why: why}
 }
 
 // quoteShown quotes received bytes for a message, cut to maxShownBytes.

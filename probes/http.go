@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"unicode"
@@ -194,7 +195,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPProber, error) {
 		},
 		TLSClientConfig:        tlsConfig,
 		DisableKeepAlives:      true,
-		DisableCompression:     true, // no Accept-Encoding: the body is discarded anyway
+		DisableCompression:     true, // no Accept-Encoding: a body is matched as sent, never decompressed
 		MaxResponseHeaderBytes: maxResponseHeaderBytes,
 	}
 	return p, nil
@@ -373,13 +374,15 @@ func (p *HTTPProber) Probe(ctx context.Context, target Target) Result {
 	var mismatch error
 	if statusErr == nil && p.body != nil {
 		var n int
-		if n, mismatch = p.matchBody(resp.Body); mismatch != nil && !isMismatch(mismatch) {
+		if n, mismatch = p.matchBody(ctx, resp.Body); mismatch != nil && !isMismatch(mismatch) {
 			err := fmt.Errorf("reading the body of HTTP %s: %w", resp.Status, mismatch)
 			return fail(start, classifyHTTP(ctx, err), err)
 		}
 		read = int64(n)
 	}
-	if p.maxBody > read {
+	// A body matched as far as it came before the deadline has no more
+	// to read.
+	if p.maxBody > read && (p.body == nil || ctx.Err() == nil) {
 		if _, err := io.CopyN(io.Discard, resp.Body, p.maxBody-read); err != nil && err != io.EOF {
 			err = fmt.Errorf("reading the body of HTTP %s: %w", resp.Status, err)
 			return fail(start, classifyHTTP(ctx, err), err)
@@ -400,22 +403,49 @@ func (p *HTTPProber) Probe(ctx context.Context, target Target) Result {
 // matchBody reads up to bodyBytes of body and searches them. It returns
 // how many bytes it read and a *MismatchError when they do not match, or
 // the read's error. The whole window is read before searching, so that a
-// regular expression sees the same bytes however the server chunks them.
-func (p *HTTPProber) matchBody(body io.Reader) (int, error) {
+// regular expression sees the same bytes however the server chunks them;
+// but a body that stops coming (the deadline passes, the connection
+// breaks) is searched as far as it came: a match passes, and a mismatch
+// is one only when the server stalled rather than broke the connection.
+func (p *HTTPProber) matchBody(ctx context.Context, body io.Reader) (int, error) {
 	buf := make([]byte, p.bodyBytes)
-	n, err := io.ReadFull(body, buf)
+	n, err := readFull(body, buf)
 	buf = buf[:n]
-	why := "the first " + strconv.Itoa(p.bodyBytes) + " bytes"
+	why := "searched the first " + strconv.Itoa(p.bodyBytes) + " bytes"
 	switch {
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		why = "the whole body"
-	case err != nil:
-		return n, err
+	case err == nil:
+	case errors.Is(err, io.EOF):
+		why = "searched the whole body"
+	case p.body.end(buf) >= 0:
+		return n, nil
+	case ctx.Err() == context.DeadlineExceeded || errors.Is(err, os.ErrDeadlineExceeded):
+		// At the deadline net/http closes the connection under the read.
+		if n == 0 {
+			return n, err
+		}
+		why = "nothing more of the body arrived before the deadline"
+	default:
+		return n, err // a body cut short (io.ErrUnexpectedEOF), a reset
 	}
 	if p.body.end(buf) >= 0 {
 		return n, nil
 	}
-	return n, &MismatchError{Expected: p.body.String(), Got: buf, Read: n, Why: "searched " + why}
+	return n, mismatch(0, p.body, buf, why)
+}
+
+// readFull is io.ReadFull, except that it returns io.EOF when the body
+// ends before buf is full: io.ReadFull would say io.ErrUnexpectedEOF, which
+// is what net/http says of a body cut short of its Content-Length.
+func readFull(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		k, err := r.Read(buf[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 func isMismatch(err error) bool {

@@ -2,6 +2,7 @@ package probes
 
 import (
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,17 @@ func TestHTTPExpectBody(t *testing.T) {
 	// A chunked body whose text comes after 2 KiB of padding.
 	late := rawHTTPServer(t, func(c net.Conn) {
 		_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + strings.Repeat(" ", 2048) + "\r\n7\r\nhealthy\r\n0\r\n\r\n"))
+	})
+	// Bodies that stop coming: a match so far passes, a mismatch is one,
+	// a body cut short of its length is not.
+	stalls := func(body string) Target {
+		return rawHTTPServer(t, func(c net.Conn) {
+			_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n"))
+			time.Sleep(time.Second)
+		})
+	}
+	cut := rawHTTPServer(t, func(c net.Conn) {
+		_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"status\": "))
 	})
 	for _, tc := range []struct {
 		name   string
@@ -29,6 +41,9 @@ func TestHTTPExpectBody(t *testing.T) {
 		{"within a larger window", late, HTTPConfig{ExpectBody: expectText("healthy"), ExpectBodyBytes: 4096}, ReasonOK, ""},
 		{"endless body", srv.target, HTTPConfig{Path: "/endless", ExpectBody: expectText("x"), ExpectBodyBytes: MaxExpectBodyBytes}, ReasonBodyMismatch, "searched the first 65536 bytes"},
 		{"body that never comes", srv.target, HTTPConfig{Path: "/slow-body", ExpectBody: expectText("x")}, ReasonTimeout, ""},
+		{"a match, then a stall", stalls(`{"status": "ok"`), HTTPConfig{ExpectBody: expectText(`"ok"`)}, ReasonOK, ""},
+		{"a mismatch, then a stall", stalls(`{"status": "down"`), HTTPConfig{ExpectBody: expectText(`"ok"`)}, ReasonBodyMismatch, "nothing more of the body arrived before the deadline"},
+		{"a body cut short", cut, HTTPConfig{ExpectBody: expectText(`"ok"`)}, ReasonReset, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := newHTTP(t, tc.cfg).Probe(ctxTimeout(t, 500*time.Millisecond), tc.target)

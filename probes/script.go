@@ -42,6 +42,7 @@ func (p *TCPProber) converse(ctx context.Context, start time.Time, target Target
 	// MaxExpectBytes, since a step that reads that much without a match
 	// fails.
 	buf := make([]byte, 0, 512)
+	budget := regexpSearchBudget
 	for i, s := range p.steps {
 		if len(s.send) > 0 {
 			if _, err := conn.Write(s.send); err != nil {
@@ -53,7 +54,7 @@ func (p *TCPProber) converse(ctx context.Context, start time.Time, target Target
 			continue
 		}
 		var err error
-		if buf, err = expectFrom(ctx, conn, buf, s.expect, i+1); err != nil {
+		if buf, err = expectFrom(ctx, conn, buf, s.expect, i+1, &budget); err != nil {
 			var mismatch *MismatchError
 			if errors.As(err, &mismatch) {
 				return fail(start, ReasonExpectMismatch, err)
@@ -71,34 +72,41 @@ func (p *TCPProber) converse(ctx context.Context, start time.Time, target Target
 // after them, and returns what follows the match. It fails with a
 // *MismatchError when the bytes do not match within MaxExpectBytes, when
 // the server closes the connection first, or when the deadline passes after
-// some bytes arrived (a server that answered something else and waits);
-// with the read's error when nothing arrived.
-func expectFrom(ctx context.Context, r io.Reader, buf []byte, m *matcher, stepNo int) ([]byte, error) {
+// this step read some bytes (a server that answered something else and
+// waits); with the read's error otherwise. budget is what is left of the
+// probe's regexpSearchBudget.
+func expectFrom(ctx context.Context, r io.Reader, buf []byte, m *matcher, stepNo int, budget *int) ([]byte, error) {
+	searched, read := 0, 0
 	for {
-		if end := m.end(buf); end >= 0 {
+		end := m.search(buf, searched, budget)
+		if end < 0 && len(buf) >= MaxExpectBytes {
+			end = m.end(buf) // the final search, whatever the budget
+		}
+		if end >= 0 {
 			return buf[:copy(buf, buf[end:])], nil
 		}
 		if len(buf) >= MaxExpectBytes {
-			return nil, &MismatchError{Step: stepNo, Expected: m.String(), Got: buf, Read: len(buf), Why: "no match within " + strconv.Itoa(MaxExpectBytes) + " bytes"}
+			return nil, mismatch(stepNo, m, buf, "no match within "+strconv.Itoa(MaxExpectBytes)+" bytes")
 		}
+		searched = len(buf)
 		if len(buf) == cap(buf) {
 			grown := make([]byte, len(buf), min(max(2*cap(buf), 512), MaxExpectBytes))
 			copy(grown, buf)
 			buf = grown
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
+		buf, read = buf[:len(buf)+n], read+n
 		if err == nil {
 			continue
 		}
-		if m.end(buf) >= 0 {
-			continue // the last bytes matched; the error is for the next read
+		if end := m.end(buf); end >= 0 { // the final search
+			return buf[:copy(buf, buf[end:])], nil
 		}
 		switch {
 		case errors.Is(err, io.EOF):
-			return nil, &MismatchError{Step: stepNo, Expected: m.String(), Got: buf, Read: len(buf), Why: "the server closed the connection"}
-		case len(buf) > 0 && ctx.Err() != context.Canceled && errors.Is(err, os.ErrDeadlineExceeded):
-			return nil, &MismatchError{Step: stepNo, Expected: m.String(), Got: buf, Read: len(buf), Why: "nothing more arrived before the deadline"}
+			return nil, mismatch(stepNo, m, buf, "the server closed the connection")
+		case read > 0 && ctx.Err() != context.Canceled && errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, mismatch(stepNo, m, buf, "nothing more arrived before the deadline")
 		}
 		return nil, fmt.Errorf("step %d: waiting for %s: %w", stepNo, m, err)
 	}
@@ -121,13 +129,15 @@ func clientTLSConfig(serverName string, caCert []byte, insecure bool) (*tls.Conf
 	return tc, nil
 }
 
-// classifyTLS is Classify for a handshake's error: crypto/tls returns
-// some failures (a protocol version or a cipher the server refuses) as
-// plain errors.
+// classifyTLS is Classify for a handshake's error: whatever ended the
+// handshake (a refused protocol version or cipher, which crypto/tls
+// returns as plain errors, or a server that closed the connection on the
+// ClientHello, as one that does not speak TLS does) is reason tls, unless
+// the deadline or a cancellation did.
 func classifyTLS(ctx context.Context, err error) Reason {
-	reason := Classify(ctx, err)
-	if reason == ReasonError {
-		return ReasonTLS
+	switch reason := Classify(ctx, err); reason {
+	case ReasonTimeout, ReasonCanceled:
+		return reason
 	}
-	return reason
+	return ReasonTLS
 }

@@ -85,6 +85,13 @@ func TestTCPScript(t *testing.T) {
 	// A server that greets with half a line and waits.
 	halfLine := lineServer(t, nil, "22", smtp)
 	endless := rawTCPServerNow(t, func(c net.Conn) { stream(c, 64<<20) })
+	// A mail server that greets, then hangs on EHLO.
+	hangsOnEHLO := lineServer(t, nil, "220 mail.example.test ESMTP\r\n", func(string) string {
+		time.Sleep(time.Second)
+		return ""
+	})
+	// A plain server that closes on the ClientHello.
+	closesOnHello := rawTCPServer(t, func(net.Conn) {})
 	silent := silentListener(t, "tcp4", "127.0.0.1")
 
 	smtpSteps := []Step{
@@ -110,6 +117,9 @@ func TestTCPScript(t *testing.T) {
 		{"silent server", silent, TCPConfig{Steps: []Step{{Expect: expectText("220")}}}, ReasonTimeout, ""},
 		{"endless stream", endless, TCPConfig{Steps: []Step{{Expect: expectText("220")}}}, ReasonExpectMismatch, "no match within 16384 bytes"},
 		{"refused", refusedTarget(t, "tcp4", "127.0.0.1"), TCPConfig{Steps: smtpSteps}, ReasonRefused, ""},
+		// What step 1 left over is not an answer to step 2.
+		{"hangs after the banner", hangsOnEHLO, TCPConfig{Steps: []Step{{Expect: expectText("220")}, sendExpect("EHLO x\r\n", expectText("250"))}}, ReasonTimeout, "step 2"},
+		{"TLS to a server that closes on the hello", closesOnHello, TCPConfig{TLS: true, InsecureSkipVerify: true}, ReasonTLS, ""},
 		{"TLS first", smtpsServer, TCPConfig{TLS: true, CACert: good.PEM, ServerName: "mail.example.test", Steps: smtpSteps}, ReasonOK, "TLS 1.3, 2 steps"},
 		{"TLS verifying the IP", smtpsServer, TCPConfig{TLS: true, CACert: good.PEM, Steps: smtpSteps}, ReasonOK, ""},
 		{"TLS handshake only", smtpsServer, TCPConfig{TLS: true, CACert: good.PEM}, ReasonOK, "TLS 1.3"},
@@ -188,7 +198,7 @@ func TestTCPScriptHostile(t *testing.T) {
 			if allocated > 1<<20 {
 				t.Errorf("the probe allocated %d bytes", allocated)
 			}
-			if res.Latency > deadline+200*time.Millisecond {
+			if res.Latency > deadline+time.Second {
 				t.Errorf("the probe took %v with a %v deadline", res.Latency, deadline)
 			}
 		})
@@ -210,6 +220,7 @@ func TestTCPScriptConfigErrors(t *testing.T) {
 		{"no pattern", TCPConfig{Steps: []Step{{Expect: &Expect{}}}}, "set Literal or Regexp"},
 		{"bad regexp", TCPConfig{Steps: []Step{{Expect: expectRegexp("(")}}}, "step 1: expect: regexp"},
 		{"long pattern", TCPConfig{Steps: []Step{{Expect: expectRegexp(strings.Repeat("a", MaxExpectPatternBytes+1))}}}, "longer than"},
+		{"large program", TCPConfig{Steps: []Step{{Expect: expectRegexp("(?:[a-z]?){500}z")}}}, "instructions, more than 256"},
 		{"CA without TLS", TCPConfig{CACert: ca.PEM}, "need TLS"},
 		{"CA and insecure", TCPConfig{TLS: true, CACert: ca.PEM, InsecureSkipVerify: true}, "mutually exclusive"},
 		{"CA not PEM", TCPConfig{TLS: true, CACert: []byte("nope")}, "no PEM certificate"},
@@ -236,38 +247,70 @@ func (r *oneByteReader) Read(p []byte) (int, error) {
 	return 1, nil
 }
 
-// FuzzExpectSplit checks that a literal expect finds the same match
-// whether the bytes arrive at once or one by one, that a match is only
-// reported where the pattern is, and that nothing kept exceeds
-// MaxExpectBytes.
+// chunkReader hands out its data at most size bytes per Read.
+type chunkReader struct {
+	data []byte
+	size int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.size)], r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// FuzzExpectSplit checks that an expect finds a match whether the bytes
+// arrive as large reads or one byte at a time: a literal matches exactly
+// when it is in the first MaxExpectBytes, and leaves what follows it; a
+// regular expression that matches those bytes as a whole matches however
+// they are split (it may match earlier, on a part: "$" is the end of what
+// has arrived); nothing kept exceeds MaxExpectBytes.
 func FuzzExpectSplit(f *testing.F) {
 	f.Add([]byte("220 mail ESMTP\r\n"), []byte("220"), "^220 ")
 	f.Add([]byte("+PONG\r\n"), []byte("PONG"), `\+PONG`)
 	f.Add(bytes.Repeat([]byte("a"), MaxExpectBytes+10), []byte("b"), "b$")
+	f.Add(bytes.Repeat([]byte("ab"), 3000), []byte("ba"), "(?s)b.{2000}a")
 	f.Fuzz(func(t *testing.T, data, literal []byte, re string) {
-		if len(literal) == 0 || len(literal) > MaxExpectPatternBytes {
+		window := data[:min(len(data), MaxExpectBytes)]
+		ctx := ctxTimeout(t, time.Second)
+		readers := func() []io.Reader {
+			return []io.Reader{&chunkReader{data: data, size: 1 << 20}, &chunkReader{data: data, size: 1}}
+		}
+		if len(literal) > 0 && len(literal) <= MaxExpectPatternBytes {
+			m, err := compileExpect(Expect{Literal: literal})
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := bytes.Index(window, literal)
+			for _, r := range readers() {
+				budget := regexpSearchBudget
+				left, err := expectFrom(ctx, r, nil, m, 1, &budget)
+				if (err == nil) != (i >= 0) {
+					t.Fatalf("expectFrom: %v; pattern at %d of the first %d bytes", err, i, len(window))
+				}
+				if err == nil && !bytes.HasPrefix(data[i+len(literal):], left) {
+					t.Fatalf("left %q, which does not follow the match", left)
+				}
+				if len(left) > MaxExpectBytes {
+					t.Fatalf("kept %d bytes", len(left))
+				}
+			}
+		}
+		m, err := compileExpect(Expect{Regexp: re})
+		if err != nil {
 			return
 		}
-		m, err := compileExpect(Expect{Literal: literal})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := ctxTimeout(t, time.Second)
-		whole, errWhole := expectFrom(ctx, &oneByteReader{data: bytes.Clone(data)}, nil, m, 1)
-		window := data[:min(len(data), MaxExpectBytes)]
-		i := bytes.Index(window, literal)
-		if (errWhole == nil) != (i >= 0) {
-			t.Fatalf("expectFrom: %v; pattern at %d of the first %d bytes", errWhole, i, len(window))
-		}
-		if errWhole == nil && !bytes.HasPrefix(data[i+len(literal):], whole) {
-			t.Fatalf("left %q, which does not follow the match", whole)
-		}
-		if len(whole) > MaxExpectBytes {
-			t.Fatalf("kept %d bytes", len(whole))
-		}
-		if rm, err := compileExpect(Expect{Regexp: re}); err == nil && len(re) <= MaxExpectPatternBytes {
-			left, err := expectFrom(ctx, &oneByteReader{data: bytes.Clone(data)}, nil, rm, 1)
-			if err == nil && len(left) > MaxExpectBytes {
+		whole := m.end(window) >= 0
+		for _, r := range readers() {
+			budget := regexpSearchBudget
+			left, err := expectFrom(ctx, r, nil, m, 1, &budget)
+			if whole && err != nil {
+				t.Fatalf("%q matches the bytes as a whole, not as they arrive: %v", re, err)
+			}
+			if len(left) > MaxExpectBytes {
 				t.Fatalf("kept %d bytes", len(left))
 			}
 		}

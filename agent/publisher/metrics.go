@@ -56,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		secretReads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swh_agent_secret_reads_total",
-			Help: "Reads of PostgreSQL credentials Secrets by outcome; after an error the last credentials read stay in use; over-bound: not kept (or not read), past the agent's bounds.",
+			Help: "Reads of database probes' credentials Secrets by outcome; after an error the last credentials read stay in use; over-bound: not kept (or not read), past the agent's bounds.",
 		}, []string{"outcome"}),
 		gateWrites: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "swh_agent_readiness_gate_writes_total",

@@ -88,7 +88,9 @@ func (f *proberFactory) redisConfig(ctx context.Context, ns string, owner types.
 			cfg.MaxReplicationLag.Time = time.Duration(*lag.Seconds) * time.Second
 		}
 	}
-	creds, failed := f.credentials(ctx, ns, owner, spec.AuthSecretName, string(spec.TLSMode), secretPassword)
+	// No key is required: a server without a password may still need the
+	// Secret's caCert or client certificate.
+	creds, failed := f.credentials(ctx, ns, owner, spec.AuthSecretName, string(spec.TLSMode), "")
 	if failed != nil {
 		return cfg, creds.fingerprint, failed
 	}

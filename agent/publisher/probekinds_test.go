@@ -83,11 +83,13 @@ func TestDatabaseProbeConfigs(t *testing.T) {
 		})
 	}
 
-	// Required keys: Redis's password (the user is optional), MySQL's user.
-	redisSpec := &swhv1alpha1.RedisProbe{TargetPort: intstr.FromInt32(6379), AuthSecretName: "cache"}
-	if _, _, failed := factory(map[string][]byte{"user": []byte("probe")}).redisConfig(context.Background(), "ns", testOwner, redisSpec); failed == nil || failed.Reason != ReasonSecret {
-		t.Errorf("a Redis Secret without password: %+v, want reason secret", failed)
+	// Required keys: none for Redis (a server without a password may need
+	// the Secret's CA), MySQL's user.
+	redisSpec := &swhv1alpha1.RedisProbe{TargetPort: intstr.FromInt32(6379), AuthSecretName: "cache", TLSMode: swhv1alpha1.DatabaseTLSVerifyCA}
+	if cfg, _, failed := factory(map[string][]byte{"caCert": certPEM}).redisConfig(context.Background(), "ns", testOwner, redisSpec); failed != nil || cfg.Password != "" || len(cfg.CACert) == 0 {
+		t.Errorf("a Redis Secret with a CA only: %+v, %+v", cfg, failed)
 	}
+	redisSpec.TLSMode = ""
 	if cfg, _, failed := factory(map[string][]byte{"password": []byte("pw")}).redisConfig(context.Background(), "ns", testOwner, redisSpec); failed != nil || cfg.User != "" || cfg.TLSMode != redis.TLSDisable {
 		t.Errorf("a Redis Secret with a password only: %+v, %+v", cfg, failed)
 	}

@@ -207,7 +207,8 @@ type credentials struct {
 }
 
 // credentials reads the Secret name (none when empty) for a probe of the
-// resource with UID owner, with the key required that must be set, and
+// resource with UID owner, with the key required that must be set (none
+// when empty), and
 // resolves the TLS mode: specMode, else the Secret's tlsMode key (the
 // original product's manifests keep it there), else disable. failed is
 // set when the probe cannot run.
@@ -222,7 +223,7 @@ func (f *proberFactory) credentials(ctx context.Context, ns string, owner types.
 		if data.oversize != "" {
 			return c, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: data.oversize}
 		}
-		if v, ok := data.values[required]; !ok || len(v) == 0 {
+		if v, ok := data.values[required]; required != "" && (!ok || len(v) == 0) {
 			msg := fmt.Sprintf("Secret %s has no %q key", key, required)
 			return c, &probes.Result{Status: probes.Failure, Reason: ReasonSecret, Message: msg}
 		}

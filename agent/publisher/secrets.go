@@ -53,7 +53,7 @@ const (
 	secretConcurrentReads = 4
 )
 
-// secretCache holds the credentials Secrets the PostgreSQL probes read. A
+// secretCache holds the credentials Secrets the database probes read. A
 // probe with known credentials never waits on the API server: it gets the
 // last good data, and a read refreshes it in the background, at most once
 // per Secret per ttl. A failed refresh keeps the last good data (an API

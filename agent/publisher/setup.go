@@ -46,7 +46,7 @@ type Options struct {
 	// node: its own due probes wait, the other namespaces' run on time.
 	// A quarter of MaxConcurrentProbes when zero.
 	MaxConcurrentProbesPerNamespace int
-	// SecretTTL is how long PostgreSQL credentials are reused before the
+	// SecretTTL is how long database credentials are reused before the
 	// Secret is read again (in the background: probes keep the credentials
 	// they have, even while reads fail); 30 s when zero.
 	SecretTTL time.Duration

@@ -19,7 +19,7 @@ func validTLSMode(mode string) bool {
 	return postgresql.SSLMode(mode).Validate() == nil
 }
 
-// tlsConflictEvents tells the PostgreSQL probes of a resource whose spec
+// tlsConflictEvents tells the database probes of a resource whose spec
 // sets a tlsMode that differs from the one their Secret holds (the spec's
 // is used), at every reconcile while it stands: the recorder folds the
 // repeats (the action tells conflicts apart). It reads only

@@ -41,6 +41,7 @@ type TCPStep struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 4096",message="send must be at most 4096 bytes (UTF-8)"
 	Send string `json:"send,omitempty"`
 
 	// SendBytes is written as it is (base64 in YAML and JSON), at most
@@ -64,6 +65,7 @@ type ProbeExpect struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 1024",message="text must be at most 1024 bytes (UTF-8)"
 	Text string `json:"text,omitempty"`
 
 	// Bytes matches when what arrived contains them (base64 in YAML and
@@ -80,6 +82,7 @@ type ProbeExpect struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="''.matches(self) || !''.matches(self)",message="regexp must be an RE2 regular expression"
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 1024",message="regexp must be at most 1024 bytes (UTF-8)"
 	Regexp string `json:"regexp,omitempty"`
 }
 
@@ -92,6 +95,7 @@ type HTTPExpectBody struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 1024",message="text must be at most 1024 bytes (UTF-8)"
 	Text string `json:"text,omitempty"`
 
 	// Regexp is an RE2 regular expression matched anywhere in the body's
@@ -100,6 +104,7 @@ type HTTPExpectBody struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
 	// +kubebuilder:validation:XValidation:rule="''.matches(self) || !''.matches(self)",message="regexp must be an RE2 regular expression"
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 1024",message="regexp must be at most 1024 bytes (UTF-8)"
 	Regexp string `json:"regexp,omitempty"`
 
 	// WithinBytes is how much of the body is read and searched.
@@ -124,6 +129,7 @@ type GRPCProbe struct {
 	// server as a whole.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="bytes(self).size() <= 1024",message="service must be at most 1024 bytes (UTF-8)"
 	Service string `json:"service,omitempty"`
 
 	// TLS, when set, speaks HTTP/2 over TLS; unset, HTTP/2 in clear text
@@ -201,9 +207,10 @@ type RedisProbe struct {
 	TargetPort intstr.IntOrString `json:"targetPort"`
 
 	// AuthSecretName names a Secret of any type in the resource's namespace
-	// with the key password and optionally user (an ACL user; without it
-	// AUTH sends the password alone), tlsMode, caCert, clientCert and
-	// clientKey (PEM). Without it the probe does not log in.
+	// with the keys password (without it the probe does not log in), user
+	// (an ACL user; without it AUTH sends the password alone), tlsMode,
+	// caCert, clientCert and clientKey (PEM), each optional. Without the
+	// Secret the probe does not log in.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`

@@ -76,6 +76,6 @@
 // libraries (go-redis, redigo) pool connections, retry, reconnect, run
 // goroutines of their own, and read whatever length a reply claims; making
 // one open exactly one connection per probe and refuse a terabyte bulk
-// string would cost more code than the reader here (resp.go), and the
-// module would no longer depend on the standard library only.
+// string would cost more code than the reader here (resp.go), and this
+// package would no longer depend on the standard library only.
 package redis

@@ -167,7 +167,7 @@ func (p *Prober) Probe(ctx context.Context, target probes.Target) probes.Result 
 		// Before connecting: nothing is sent, and a probe that can
 		// never pass says why at once.
 		return fail(start, probes.ReasonAuth, fmt.Errorf("redis: AUTH sends the password in clear text and TLS mode %s does not verify the server; "+
-			"the prober refused to send it (use TLS mode verify-ca or verify-full, or set AllowCleartextPassword)", p.tlsMode))
+			"the prober refused to send it (use TLS mode verify-ca or verify-full, or allow cleartext passwords: insecureAllowCleartextPassword)", p.tlsMode))
 	}
 	answers, phase, err := p.exchange(ctx, target)
 	if err != nil {

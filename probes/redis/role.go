@@ -15,7 +15,7 @@ type Role string
 
 // The roles.
 const (
-	RoleAny     Role = ""        // any: a master, a replica in any state, a Sentinel
+	RoleAny     Role = ""        // any: a master, a replica in any state, a Sentinel (not with a lag bound: a Sentinel has no data)
 	RoleMaster  Role = "master"  // a master (a primary): what a write Service selects
 	RoleReplica Role = "replica" // a replica whose link to its master is up and not syncing
 )

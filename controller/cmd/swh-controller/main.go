@@ -45,7 +45,7 @@ func main() {
 	fs.IntVar(&opts.MaxConcurrentReconciles, "max-concurrent-reconciles", 4, "resources reconciled in parallel")
 	qps := fs.Float64("kube-api-qps", 50, "requests per second to the API server")
 	burst := fs.Int("kube-api-burst", 100, "burst of requests to the API server")
-	agentSA := fs.String("agent-service-account", "", "<namespace>/<name> of the agents' ServiceAccount, granted get on exactly the Secrets the PostgreSQL probes name (authSecretName), namespace by namespace; empty grants none")
+	agentSA := fs.String("agent-service-account", "", "<namespace>/<name> of the agents' ServiceAccount, granted get on exactly the Secrets the database probes name (authSecretName), namespace by namespace; empty grants none")
 	fs.IntVar(&opts.WebhookPort, "webhook-port", 0, "port of the eviction guard's HTTPS webhook server, which every replica serves (the chart: 9443); 0 disables the guard's webhook (the disruption status is still kept)")
 	fs.StringVar(&opts.WebhookCertDir, "webhook-cert-dir", "/etc/swh/webhook", "directory with the webhook server's tls.crt and tls.key (reloaded when they change); unused with --webhook-cert-secret")
 	certSecret := fs.String("webhook-cert-secret", "", "<namespace>/<name> of a Secret where the controller keeps the webhook's CA and serving certificate itself, rotating both and injecting the CA into --webhook-configuration; empty: read them from --webhook-cert-dir")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -25,7 +26,10 @@ func (s *sandbox) setRedis(ctx context.Context, p *pod, b *backend, where string
 	}
 	mb := master.backends[0]
 	if err := b.redis.ReplicaOf(ctx, master.ip, mb.port); err != nil {
-		return "", fmt.Errorf("making %s a replica of %s: %w", p.name, master.name, err)
+		// Running on as a master, it would be a second one: stopped,
+		// it can be recovered again.
+		b.failed = true
+		return "", errors.Join(fmt.Errorf("making %s a replica of %s: %w", p.name, master.name, err), b.redis.Stop())
 	}
 	b.demoted = false
 	return where + " running again, a replica of " + master.name, nil

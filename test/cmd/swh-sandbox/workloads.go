@@ -336,15 +336,21 @@ func (s *sandbox) startRedis(ctx context.Context, pods []*pod) error {
 	if err != nil {
 		return err
 	}
-	cache[0].backends[0].redis = master
-	s.master = cache[0].name
+	started := []*harness.Redis{master}
 	for _, p := range cache[1:] {
 		r, err := master.StartReplica(ctx, harness.RedisOptions{Addr: p.ip, Port: 6379})
 		if err != nil {
-			return errors.Join(err, master.Close())
+			for _, r := range started {
+				err = errors.Join(err, r.Close())
+			}
+			return err
 		}
-		p.backends[0].redis = r
+		started = append(started, r)
 	}
+	for i, p := range cache {
+		p.backends[0].redis = started[i]
+	}
+	s.master = cache[0].name
 	return nil
 }
 
