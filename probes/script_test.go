@@ -234,19 +234,6 @@ func TestTCPScriptConfigErrors(t *testing.T) {
 	}
 }
 
-// oneByteReader hands out its data one byte per Read, the worst split a
-// network can make.
-type oneByteReader struct{ data []byte }
-
-func (r *oneByteReader) Read(p []byte) (int, error) {
-	if len(r.data) == 0 {
-		return 0, io.EOF
-	}
-	p[0] = r.data[0]
-	r.data = r.data[1:]
-	return 1, nil
-}
-
 // chunkReader hands out its data at most size bytes per Read.
 type chunkReader struct {
 	data []byte
