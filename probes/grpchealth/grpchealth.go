@@ -39,7 +39,7 @@ type Prober struct {
 	authority     string      // :authority, "" for the target address
 	tls           *tls.Config // nil without TLS; ServerName "" means the target's host
 	dialer        probes.Dialer
-	transport     *http.Transport
+	transport     *http.Transport // the template of each probe's transport
 }
 
 var _ probes.Prober = (*Prober)(nil)
@@ -78,6 +78,7 @@ func New(cfg Config) (*Prober, error) {
 	protocols := new(http.Protocols)
 	p.transport = &http.Transport{
 		Proxy:                  nil, // probes go straight to the pod, whatever HTTPS_PROXY says
+		DisableKeepAlives:      true, // one connection per probe, closed with the response body
 		DisableCompression:     true,
 		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 		Protocols:              protocols,
@@ -127,11 +128,6 @@ func (p *Prober) check(ctx context.Context, target probes.Target) (ServingStatus
 	addr := target.Addr()
 	state := new(probeState)
 	ctx = context.WithValue(ctx, probeStateKey{}, state)
-	cc, err := p.transport.NewClientConn(ctx, p.scheme, addr)
-	if err != nil {
-		return 0, err
-	}
-	defer cc.Close()
 
 	header := make(http.Header, len(p.header)+1)
 	for k, v := range p.header {
@@ -150,7 +146,14 @@ func (p *Prober) check(ctx context.Context, target probes.Target) (ServingStatus
 		ContentLength: int64(len(p.body)),
 		Host:          p.authority,
 	}).WithContext(ctx)
-	resp, err := cc.RoundTrip(req)
+	// A transport of its own and its RoundTrip, not a ClientConn of
+	// Transport.NewClientConn: with keep-alives off it dials a connection
+	// for this request alone and closes it with the body, while every
+	// connection closed through a ClientConn stayed reachable (12 KB each,
+	// Go 1.26: 500 MiB in an agent probing 3,000 times a second). Its own,
+	// since a shared transport sends concurrent requests to one address on
+	// one HTTP/2 connection.
+	resp, err := p.transport.Clone().RoundTrip(req)
 	if err != nil {
 		return 0, state.explain(ctx, err, false)
 	}
