@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -16,10 +17,69 @@ import (
 // check to explain a failure. It travels in the probe's context, the one
 // net/http hands to the dialers.
 type probeState struct {
+	// probe is the probe's own context: the transport dials with
+	// context.WithoutCancel of it, which keeps this state but drops the
+	// deadline and the cancellation that must bound the dial.
+	probe context.Context
+
 	mu            sync.Mutex
 	conn          *probeConn // the TCP connection, nil until dialed
+	dialed        bool       // a dial began: a probe makes one connection
+	done          bool       // the probe returned: its connection is closed
 	certRequested bool       // the TLS server asked for a client certificate
 	tls13         bool       // the TLS handshake settled on TLS 1.3
+}
+
+// errOneConnection refuses a second dial of one probe: net/http dials
+// again when a connection ends before the request went out (a GOAWAY, a
+// close), and a probe tells that, not what another connection would say.
+var errOneConnection = fmt.Errorf("the server ended the connection before the request went out (a probe makes one connection): %w", io.ErrUnexpectedEOF)
+
+// claim starts the probe's one dial.
+func (s *probeState) claim() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dialed || s.done {
+		return errOneConnection
+	}
+	s.dialed = true
+	return nil
+}
+
+// keep records the probe's connection, or closes it when the probe has
+// returned already.
+func (s *probeState) keep(c *probeConn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		_ = c.Close()
+		return false
+	}
+	s.conn = c
+	return true
+}
+
+// finish closes the probe's connection, whatever the transport did with
+// it, and any the transport would still dial.
+func (s *probeState) finish() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	if s.conn != nil {
+		_ = s.conn.Close()
+	}
+}
+
+// bounded returns ctx canceled when the probe ends, as the dial's context
+// must be (see probeState.probe).
+func bounded(ctx context.Context) (context.Context, func()) {
+	s := stateOf(ctx)
+	if s == nil || s.probe == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.probe, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // probeStateKey is the context key of the probe's *probeState.
@@ -30,18 +90,29 @@ func stateOf(ctx context.Context) *probeState {
 	return s
 }
 
-// dial opens the probe's TCP connection.
+// dial opens the probe's TCP connection, within the probe's time.
 func (p *Prober) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ctx, done := bounded(ctx)
+	defer done()
+	return p.dialConn(ctx, network, addr)
+}
+
+// dialConn opens the probe's one TCP connection and records it.
+func (p *Prober) dialConn(ctx context.Context, network, addr string) (net.Conn, error) {
+	s := stateOf(ctx)
+	if s != nil {
+		if err := s.claim(); err != nil {
+			return nil, err
+		}
+	}
 	conn, err := p.dialer.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
 	resetOnClose(conn)
 	pc := &probeConn{Conn: conn}
-	if s := stateOf(ctx); s != nil {
-		s.mu.Lock()
-		s.conn = pc
-		s.mu.Unlock()
+	if s != nil && !s.keep(pc) {
+		return nil, context.Canceled // the probe returned meanwhile
 	}
 	return pc, nil
 }
@@ -51,7 +122,9 @@ func (p *Prober) dial(ctx context.Context, network, addr string) (net.Conn, erro
 // net/http would fall back to HTTP/1.1 silently when the server ignores
 // ALPN.
 func (p *Prober) dialTLS(ctx context.Context, network, addr string) (net.Conn, error) {
-	conn, err := p.dial(ctx, network, addr)
+	ctx, done := bounded(ctx)
+	defer done()
+	conn, err := p.dialConn(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}

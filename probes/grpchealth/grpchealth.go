@@ -77,7 +77,7 @@ func New(cfg Config) (*Prober, error) {
 
 	protocols := new(http.Protocols)
 	p.transport = &http.Transport{
-		Proxy:                  nil, // probes go straight to the pod, whatever HTTPS_PROXY says
+		Proxy:                  nil,  // probes go straight to the pod, whatever HTTPS_PROXY says
 		DisableKeepAlives:      true, // one connection per probe, closed with the response body
 		DisableCompression:     true,
 		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
@@ -126,8 +126,9 @@ func (p *Prober) subject(target probes.Target) string {
 // returns, and returns SERVING or why not.
 func (p *Prober) check(ctx context.Context, target probes.Target) (ServingStatus, error) {
 	addr := target.Addr()
-	state := new(probeState)
+	state := &probeState{probe: ctx}
 	ctx = context.WithValue(ctx, probeStateKey{}, state)
+	defer state.finish()
 
 	header := make(http.Header, len(p.header)+1)
 	for k, v := range p.header {
@@ -148,11 +149,14 @@ func (p *Prober) check(ctx context.Context, target probes.Target) (ServingStatus
 	}).WithContext(ctx)
 	// A transport of its own and its RoundTrip, not a ClientConn of
 	// Transport.NewClientConn: with keep-alives off it dials a connection
-	// for this request alone and closes it with the body, while every
-	// connection closed through a ClientConn stayed reachable (12 KB each,
-	// Go 1.26: 500 MiB in an agent probing 3,000 times a second). Its own,
-	// since a shared transport sends concurrent requests to one address on
-	// one HTTP/2 connection.
+	// for this request alone, while every connection closed through a
+	// ClientConn stayed reachable (12 KB each, Go 1.26: 500 MiB in an
+	// agent probing 3,000 times a second). Its own, since a shared
+	// transport sends concurrent requests to one address on one HTTP/2
+	// connection. The transport dials in a goroutine of its own without
+	// the request's deadline: the dialers bound it again, and finish
+	// closes the connection however the transport ends (a late dial, a
+	// retry, a connection left in its pool).
 	resp, err := p.transport.Clone().RoundTrip(req)
 	if err != nil {
 		return 0, state.explain(ctx, err, false)

@@ -3,10 +3,13 @@ package grpchealth
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/swh-dev/swh/probes"
 )
 
 // TestProbesLeaveNothingReachable: a probe's connection, its buffers and
@@ -52,5 +55,34 @@ func TestProbesLeaveNothingReachable(t *testing.T) {
 	t.Logf("heap %d KiB before %d probes, %d KiB after (%+d bytes a probe)", before>>10, probes, after>>10, grown/probes)
 	if grown > 2<<20 {
 		t.Errorf("the heap grew by %d KiB over %d probes (%d bytes each): their connections stay reachable", grown>>10, probes, grown/probes)
+	}
+}
+
+// TestStalledDialEndsWithTheProbe: net/http dials in a goroutine of its
+// own, without the request's deadline; a server that accepts and never
+// answers the TLS ClientHello must still see the probe's connection
+// closed when the probe ends, not when the pod dies.
+func TestStalledDialEndsWithTheProbe(t *testing.T) {
+	l := listen(t, "tcp4", "127.0.0.1")
+	closed := make(chan time.Duration, 4)
+	serve(t, l, func(c net.Conn) {
+		go func() {
+			defer c.Close()
+			start := time.Now()
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, _ = io.Copy(io.Discard, c) // until the prober closes (or resets)
+			closed <- time.Since(start)
+		}()
+	})
+	p := newProber(t, Config{TLS: true, InsecureSkipVerify: true})
+	res := p.Probe(ctxTimeout(t, 300*time.Millisecond), targetOf(t, l))
+	wantReason(t, res, probes.Failure, probes.ReasonTimeout)
+	select {
+	case d := <-closed:
+		if d > 2*time.Second {
+			t.Errorf("the connection closed %v after it opened, long after the probe's 300ms", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the probe's connection is still open 5 s after the probe ended")
 	}
 }
