@@ -32,9 +32,10 @@ const (
 	// pattern takes a few dozen.
 	MaxExpectProgramSize = 256
 	// regexpSearchBudget bounds the bytes one probe's regular expressions
-	// search as data arrives, beyond one search of each step's bytes when
-	// its reading ends: a server dripping its answer a byte at a time
-	// would otherwise make each read search everything again.
+	// search again after each read; past it, a step searches when its
+	// bytes have doubled and when its reading ends: a server dripping its
+	// answer a byte at a time would otherwise make each read search
+	// everything again.
 	regexpSearchBudget = 2 * MaxExpectBytes
 	// DefaultExpectBodyBytes is how much of an HTTP body is searched when
 	// the config does not say: GCE's health checks match in the first
@@ -99,10 +100,12 @@ func programSize(pattern string) int {
 
 // search looks for a match in b, which extends what an earlier search of
 // the same step saw: searched is how much of b that was. A literal is
-// looked for only where a new match can be; a regular expression searches
-// all of b again while budget lasts (the bytes it has left to search) and
-// otherwise waits for the final search, made with end.
-func (m *matcher) search(b []byte, searched int, budget *int) int {
+// looked for only where a new match can be. A regular expression searches
+// all of b again while budget lasts (the bytes it has left to search);
+// past it, only when b has doubled since its last search (full: that
+// search's length), so that its work stays linear in the bytes read
+// however they are split.
+func (m *matcher) search(b []byte, searched int, full, budget *int) int {
 	if m.re == nil {
 		from := max(0, searched-len(m.literal)+1)
 		if i := bytes.Index(b[from:], m.literal); i >= 0 {
@@ -110,10 +113,13 @@ func (m *matcher) search(b []byte, searched int, budget *int) int {
 		}
 		return -1
 	}
-	if *budget < len(b) {
+	switch {
+	case *budget >= len(b):
+		*budget -= len(b)
+	case len(b) < 2**full:
 		return -1
 	}
-	*budget -= len(b)
+	*full = len(b)
 	return m.end(b)
 }
 

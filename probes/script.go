@@ -68,6 +68,16 @@ func (p *TCPProber) converse(ctx context.Context, start time.Time, target Target
 	return pass(start, done)
 }
 
+// idleSearchDelay is how long a step whose regular expression has not
+// searched its latest bytes (its budget spent) waits for more before it
+// searches them: a server that answered and waits for the next command
+// is matched now, not at the deadline.
+const idleSearchDelay = 50 * time.Millisecond
+
+// readDeadliner is the part of a net.Conn expectFrom uses to notice that
+// the server paused.
+type readDeadliner interface{ SetReadDeadline(time.Time) error }
+
 // expectFrom reads from r until m matches the bytes in buf and those read
 // after them, and returns what follows the match. It fails with a
 // *MismatchError when the bytes do not match within MaxExpectBytes, when
@@ -76,9 +86,11 @@ func (p *TCPProber) converse(ctx context.Context, start time.Time, target Target
 // waits); with the read's error otherwise. budget is what is left of the
 // probe's regexpSearchBudget.
 func expectFrom(ctx context.Context, r io.Reader, buf []byte, m *matcher, stepNo int, budget *int) ([]byte, error) {
-	searched, read := 0, 0
+	searched, full, read := 0, 0, 0
+	deadliner, _ := r.(readDeadliner)
+	deadline, _ := ctx.Deadline()
 	for {
-		end := m.search(buf, searched, budget)
+		end := m.search(buf, searched, &full, budget)
 		if end < 0 && len(buf) >= MaxExpectBytes {
 			end = m.end(buf) // the final search, whatever the budget
 		}
@@ -94,8 +106,27 @@ func expectFrom(ctx context.Context, r io.Reader, buf []byte, m *matcher, stepNo
 			copy(grown, buf)
 			buf = grown
 		}
+		// Bytes a regular expression has not searched yet are searched
+		// if nothing more comes soon.
+		idle := deadliner != nil && full < len(buf) && !deadline.IsZero() && time.Until(deadline) > idleSearchDelay
+		if idle {
+			_ = deadliner.SetReadDeadline(time.Now().Add(idleSearchDelay))
+		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf, read = buf[:len(buf)+n], read+n
+		if idle {
+			_ = deadliner.SetReadDeadline(deadline)
+			if ctx.Err() != nil {
+				_ = deadliner.SetReadDeadline(time.Unix(1, 0)) // canceled meanwhile
+			}
+			if err != nil && ctx.Err() == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+				full = len(buf) // the server paused: search everything now
+				if end := m.end(buf); end >= 0 {
+					return buf[:copy(buf, buf[end:])], nil
+				}
+				continue
+			}
+		}
 		if err == nil {
 			continue
 		}

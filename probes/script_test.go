@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -302,4 +303,31 @@ func FuzzExpectSplit(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTCPScriptLineByLine: an answer written line by line, past the
+// regular expressions' search budget, is matched when the server pauses,
+// not at the deadline.
+func TestTCPScriptLineByLine(t *testing.T) {
+	target := rawTCPServerNow(t, func(c net.Conn) {
+		for i := range 60 {
+			if _, err := fmt.Fprintf(c, "250-line %02d %s\r\n", i, strings.Repeat("x", 38)); err != nil {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		_, _ = c.Write([]byte("250 OK\r\n"))
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, _ = io.Copy(io.Discard, c) // waits for the next command, or the close
+	})
+	p, err := NewTCP(TCPConfig{Steps: []Step{{Expect: expectRegexp(`(?m)^250 OK\r$`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 3 * time.Second
+	res := p.Probe(ctxTimeout(t, deadline), target)
+	wantReason(t, res, Success, ReasonOK)
+	if res.Latency > deadline/2 {
+		t.Errorf("matched after %v: the search waited for the deadline (%v)", res.Latency, deadline)
+	}
 }

@@ -302,12 +302,14 @@ type MySQLProbe struct {
 	TLSMode DatabaseTLSMode `json:"tlsMode,omitempty"`
 
 	// InsecureAllowCleartextPassword lets the probe answer a server that
-	// asks for the password in clear text (mysql_clear_password) over a
-	// connection whose server is not verified. Off (the default), such a
-	// request fails the probe with reason auth before the password leaves
-	// the agent; mysql_native_password and caching_sha2_password, which
-	// do not send it, always work (caching_sha2_password's full
-	// authentication needs TLS).
+	// asks for the password in clear text (mysql_clear_password), or
+	// encrypted with a key it supplies, over a connection whose server is
+	// not verified. Off (the default), such a request fails the probe with
+	// reason auth before the password leaves the agent.
+	// mysql_native_password, client_ed25519 and caching_sha2_password's
+	// fast path, which do not send it, always work; caching_sha2_password's
+	// full authentication (an account the server has not cached since it
+	// started) does not: give the probe's account mysql_native_password.
 	// +optional
 	InsecureAllowCleartextPassword bool `json:"insecureAllowCleartextPassword,omitempty"`
 }

@@ -75,17 +75,22 @@
 //
 // mysql_native_password, client_ed25519 and the fast path of
 // caching_sha2_password prove the password without sending it, and are
-// always answered. mysql_clear_password (and MariaDB's PAM dialog) send it
-// in clear; sha256_password and the full authentication of
-// caching_sha2_password send it encrypted with an RSA key the server
-// supplies, which whoever answers on the target's address can supply. These
-// are answered only over a verified connection (TLSVerifyCA, TLSVerifyFull,
-// or TLSRequire with CACert) or when Config.AllowCleartextPassword is set;
-// otherwise the probe fails with probes.ReasonAuth before the password is
-// sent. (caching_sha2_password asks for the full authentication when the
-// server has not cached the account since it started: without TLS, log the
-// account in once by other means, or use mysql_native_password or
-// client_ed25519 for the probe's account.)
+// always answered. mysql_clear_password sends it in clear; without TLS,
+// sha256_password and the full authentication of caching_sha2_password
+// send it encrypted with an RSA key the server supplies, which whoever
+// answers on the target's address can supply. These are answered only
+// over a verified connection (TLSVerifyCA, TLSVerifyFull, or TLSRequire
+// with CACert) or when Config.AllowCleartextPassword is set; otherwise the
+// probe fails with probes.ReasonAuth before the password is sent.
+// MariaDB's PAM dialog is not supported (the driver has no such method).
+//
+// Over TLS, MySQL expects sha256_password and the full authentication of
+// caching_sha2_password to send the password as it is, while the driver,
+// which is told of no TLS (the prober negotiates it), asks for the RSA key:
+// the login fails. caching_sha2_password asks for the full authentication
+// when the server has not cached the account since it started: use
+// mysql_native_password or client_ed25519 for the probe's account (MariaDB's
+// accounts use mysql_native_password by default).
 //
 // # Hostile servers
 //
