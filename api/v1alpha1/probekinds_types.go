@@ -309,7 +309,8 @@ type MySQLProbe struct {
 	// mysql_native_password, client_ed25519 and caching_sha2_password's
 	// fast path, which do not send it, always work; caching_sha2_password's
 	// full authentication (an account the server has not cached since it
-	// started) does not: give the probe's account mysql_native_password.
+	// started) sends the password, so it works over a verified TLS
+	// connection, or with this opt-in.
 	// +optional
 	InsecureAllowCleartextPassword bool `json:"insecureAllowCleartextPassword,omitempty"`
 }

@@ -27,7 +27,7 @@ type myBackend struct {
 	plugin      string          // the greeting's method; mysql_native_password by default
 	password    string          // "" accepts anyone without checking
 	switchTo    string          // ask for this method after the handshake response
-	fullAuth    *rsa.PrivateKey // caching_sha2_password: ask for full authentication, with this key
+	fullAuth    *rsa.PrivateKey // caching_sha2_password: ask for full authentication, with this key (without TLS)
 	greetingErr uint16          // an error instead of the greeting (1040: too many connections)
 	loginErr    uint16          // an error instead of the login's OK (1049: no such database)
 	oldEOF      bool            // no CLIENT_DEPRECATE_EOF: EOF packets after columns and rows
@@ -302,7 +302,9 @@ func (b *myBackend) authenticate(m *myConn, auth []byte) string {
 		if err != nil {
 			return "no password"
 		}
-		if len(req) == 1 && req[0] == 2 { // the public key, please
+		// As MySQL: over TLS the client sends the password as it is, and
+		// a request for the key reads as a wrong password.
+		if len(req) == 1 && req[0] == 2 && b.tls == nil { // the public key, please
 			der, _ := x509.MarshalPKIXPublicKey(&b.fullAuth.PublicKey)
 			m.write(append([]byte{pktAuthMoreData}, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})...))
 			if req, err = m.read(); err != nil {

@@ -27,7 +27,8 @@ func (d *dialer) dial(ctx context.Context, network, address string) (net.Conn, e
 	if !d.guard.claim() {
 		return nil, errors.New("a MySQL probe opens one connection only")
 	}
-	raw, err := d.prober.dialer.DialContext(ctx, network, address)
+	// TCP whatever network the driver names (Probe tells it "unix").
+	raw, err := d.prober.dialer.DialContext(ctx, "tcp", address)
 	if err != nil {
 		return nil, err
 	}

@@ -84,13 +84,11 @@
 // probe fails with probes.ReasonAuth before the password is sent.
 // MariaDB's PAM dialog is not supported (the driver has no such method).
 //
-// Over TLS, MySQL expects sha256_password and the full authentication of
-// caching_sha2_password to send the password as it is, while the driver,
-// which is told of no TLS (the prober negotiates it), asks for the RSA key:
-// the login fails. caching_sha2_password asks for the full authentication
-// when the server has not cached the account since it started: use
-// mysql_native_password or client_ed25519 for the probe's account (MariaDB's
-// accounts use mysql_native_password by default).
+// Over TLS, MySQL expects the full authentication of caching_sha2_password
+// (asked for an account the server has not cached since it started) to
+// send the password as it is, and the prober does, within the same rule.
+// sha256_password over TLS is refused with probes.ReasonAuth before the
+// login: the driver cannot answer it there.
 //
 // # Hostile servers
 //

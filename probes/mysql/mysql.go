@@ -173,6 +173,15 @@ func (p *Prober) Probe(ctx context.Context, target probes.Target) (res probes.Re
 
 	cfg := *p.driver
 	cfg.Addr = target.Addr()
+	if p.tls != nil {
+		// The driver, told of no TLS (the prober negotiates it), would
+		// answer caching_sha2_password's full authentication by asking
+		// for the server's RSA key, which MySQL refuses over TLS; on a
+		// "unix" socket it sends the password as it is, which is what
+		// MySQL expects over TLS. The dialer dials TCP whatever the
+		// driver names.
+		cfg.Net = "unix"
+	}
 	cfg.DialFunc = (&dialer{prober: p, target: target, guard: guard}).dial
 	connector, err := gomysql.NewConnector(&cfg)
 	if err != nil {

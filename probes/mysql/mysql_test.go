@@ -491,8 +491,8 @@ func TestMySQLCleartextPassword(t *testing.T) {
 
 // TestMySQLFullAuthentication: caching_sha2_password's full
 // authentication sends the password encrypted with a key the server
-// supplies; the prober takes part only with a verified server (or when
-// allowed), as for a password in clear.
+// supplies, or over TLS as it is; the prober takes part only with a
+// verified server (or when allowed), as for a password in clear.
 func TestMySQLFullAuthentication(t *testing.T) {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -508,6 +508,8 @@ func TestMySQLFullAuthentication(t *testing.T) {
 		{"disable", Config{TLSMode: TLSDisable}, probes.ReasonAuth},
 		{"require", Config{TLSMode: TLSRequire}, probes.ReasonAuth},
 		{"disable, allowed", Config{TLSMode: TLSDisable, AllowCleartextPassword: true}, probes.ReasonOK},
+		// Over TLS, the password itself goes, as MySQL expects there.
+		{"require, allowed", Config{TLSMode: TLSRequire, AllowCleartextPassword: true}, probes.ReasonOK},
 		{"verify-full", Config{TLSMode: TLSVerifyFull, CACert: serverCA.PEM}, probes.ReasonOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -576,5 +578,19 @@ func TestMySQLConcurrent(t *testing.T) {
 		if res := <-done; strings.HasPrefix(res.Message, "unexpected") {
 			t.Error(res)
 		}
+	}
+}
+
+// TestMySQLSHA256OverTLS: sha256_password over TLS is refused before the
+// login, with a reason to act upon, not tried and denied.
+func TestMySQLSHA256OverTLS(t *testing.T) {
+	serverCA := newCA(t, "server CA")
+	serverCert, _, _ := serverCA.Issue(t, "127.0.0.1")
+	backend := &myBackend{plugin: "sha256_password", password: "s3cret", tls: &tls.Config{Certificates: []tls.Certificate{serverCert}}}
+	target := backend.start(t)
+	res := newMy(t, Config{TLSMode: TLSVerifyFull, CACert: serverCA.PEM, Password: "s3cret"}).Probe(ctxTimeout(t, 5*time.Second), target)
+	wantReason(t, res, probes.Failure, probes.ReasonAuth)
+	if !strings.Contains(res.Message, "sha256_password over TLS") {
+		t.Errorf("message %q does not say why", res.Message)
 	}
 }

@@ -304,9 +304,22 @@ func (p *parser) greeting(body []byte) *streamError {
 	if !p.driverSupports(p.plugin, 20) {
 		p.plugin = "mysql_native_password"
 	}
+	if err := p.unsupportedOverTLS(); err != nil {
+		return err
+	}
 	p.phase = phaseLogin
 	if p.expectTLS {
 		p.phase = phaseAwaitTLS
+	}
+	return nil
+}
+
+// unsupportedOverTLS refuses sha256_password over TLS: MySQL expects the
+// password as it is there, and the driver, told of no TLS, would ask for
+// the server's key instead (a failed login, counted against the account).
+func (p *parser) unsupportedOverTLS() *streamError {
+	if p.expectTLS && p.plugin == "sha256_password" {
+		return &streamError{probes.ReasonAuth, "the server asked for sha256_password over TLS, which the prober does not support: give the probe's account caching_sha2_password or mysql_native_password"}
 	}
 	return nil
 }
@@ -350,6 +363,9 @@ func (p *parser) login(body []byte) *streamError {
 			}
 		}
 		p.plugin = cString([]byte(name))
+		if err := p.unsupportedOverTLS(); err != nil {
+			return err
+		}
 		if how := passwordSent(name); how != "" && !p.passwordOK {
 			return refusePassword(p.plugin, how)
 		}
@@ -365,6 +381,13 @@ func (p *parser) login(body []byte) *streamError {
 func (p *parser) moreData(data []byte) *streamError {
 	switch {
 	case p.plugin == "caching_sha2_password" && len(data) == 1 && data[0] == sha2FastAuthOK:
+		p.phase = phaseLoginFinal
+	case p.plugin == "caching_sha2_password" && len(data) == 1 && data[0] == sha2FullAuth && p.expectTLS:
+		// Over TLS the driver (told it is on a socket, see Probe) sends
+		// the password as it is, as MySQL expects there.
+		if !p.passwordOK {
+			return refusePassword(p.plugin, inClear)
+		}
 		p.phase = phaseLoginFinal
 	case p.plugin == "caching_sha2_password" && len(data) == 1 && data[0] == sha2FullAuth:
 		// The driver asks for the server's public key and sends the
