@@ -18,7 +18,8 @@
 //
 // Build a Prober per configuration with New; a configuration that cannot
 // work (no user, an unknown TLSMode, verify-ca without a CA, a certificate
-// without its key) is refused there. A Prober is safe for concurrent use and
+// without its key in a mode that uses TLS) is refused there; with
+// TLSDisable the certificates are ignored. A Prober is safe for concurrent use and
 // holds no state between probes. Each probe opens exactly one connection,
 // through the Config's Dialer, and closes it (after COM_QUIT when logged
 // in). The context's deadline bounds the whole probe: it is the socket's
@@ -56,8 +57,9 @@
 // (1969, 3024) probes.ReasonTimeout; any other error of the query (a lock
 // wait timeout, 1205, included) probes.ReasonQueryError. An authentication
 // method the driver does not support is probes.ReasonAuth; anything the
-// client cannot read is probes.ReasonProtocol; network failures have the
-// reasons of probes.Classify.
+// client cannot read, and a server that could not read the login or saw
+// packets out of order (1043, 1156), is probes.ReasonProtocol; network
+// failures have the reasons of probes.Classify.
 //
 // # TLS
 //

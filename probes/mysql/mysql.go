@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strings"
 
@@ -254,8 +255,18 @@ func isBit(rows driver.Rows) bool {
 	return ok && typed.ColumnTypeDatabaseTypeName(0) == "BIT"
 }
 
-// bitValue reads a BIT value (at most 64 bits, big-endian) as a number.
+// bitValue reads a BIT value (at most 64 bits, big-endian) as a number;
+// a longer one, which no server sends, reads as nonzero when any of its
+// bits is set, rather than losing bits to the shift.
 func bitValue(b []byte) uint64 {
+	if len(b) > 8 {
+		for _, c := range b {
+			if c != 0 {
+				return math.MaxUint64
+			}
+		}
+		return 0
+	}
 	var n uint64
 	for _, c := range b {
 		n = n<<8 | uint64(c)
