@@ -188,17 +188,30 @@ func resetOnClose(c net.Conn) {
 // the connection before the request is sent, net/http's HTTP/2 client
 // reports "client conn could not be established" and drops the cause, a
 // reset or an EOF.
+//
+// It also keeps the first bytes the server sent: an HTTP/1 server answers
+// the client's HTTP/2 preface with an HTTP/1 response and closes, and
+// whether net/http says so or only that the connection failed depends on
+// which of its goroutines notices first.
 type probeConn struct {
 	net.Conn
 	mu      sync.Mutex
 	readErr error
+	head    []byte // the first bytes read, at most headBytes
 }
+
+// headBytes is how much of the server's first bytes a probeConn keeps:
+// enough for an HTTP/1 status line's start.
+const headBytes = 16
 
 func (c *probeConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
-	if err != nil {
+	if n > 0 || err != nil {
 		c.mu.Lock()
-		if c.readErr == nil {
+		if k := min(n, headBytes-len(c.head)); k > 0 {
+			c.head = append(c.head, b[:k]...)
+		}
+		if err != nil && c.readErr == nil {
 			c.readErr = err
 		}
 		c.mu.Unlock()
@@ -230,8 +243,11 @@ func (s *probeState) explain(ctx context.Context, err error, answered bool) erro
 	s.mu.Unlock()
 	if conn != nil {
 		conn.mu.Lock()
-		readErr := conn.readErr
+		readErr, head := conn.readErr, string(conn.head)
 		conn.mu.Unlock()
+		if !answered && strings.HasPrefix(head, "HTTP/1.") {
+			return protocolErrorf("the server answered in HTTP/1 (%q…), not HTTP/2: no gRPC server listens there", head)
+		}
 		// A read error the client caused by closing is no explanation.
 		if readErr != nil && !errors.Is(err, readErr) && probes.Classify(ctx, readErr) != probes.ReasonError {
 			err = fmt.Errorf("%w: the server closed the connection: %w", err, readErr)

@@ -235,9 +235,15 @@ func TestProbeHTTP1Server(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close(); <-done })
+	// net/http's server answers the HTTP/2 preface with a 400 and closes
+	// with the client's SETTINGS unread: the kernel resets the connection,
+	// which may discard the 400 before the client reads it. Then the
+	// client saw a reset, and says so.
 	res := newProber(t, Config{}).Probe(ctxTimeout(t, 5*time.Second), targetOf(t, l))
 	t.Log(res)
-	wantReason(t, res, probes.Failure, probes.ReasonProtocol)
+	if res.Reason != probes.ReasonProtocol && res.Reason != probes.ReasonReset {
+		t.Errorf("got %v, want a failure with reason protocol (or reset, when the 400 was lost)", res)
+	}
 
 	canned := rawServer(t, func(c net.Conn) {
 		_, _ = c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
