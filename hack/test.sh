@@ -24,7 +24,9 @@ trap cleanup EXIT
 step "dependencies: PostgreSQL, Redis and MariaDB servers, iproute2, unshare, nftables and iptables (kube-proxy's modes in the e2e suite)"
 missing=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || command -v postgres >/dev/null || missing+=(postgresql)
-command -v mariadbd >/dev/null || missing+=(mariadb-server)
+# The server and its plugins (the probes suite logs in with ed25519): the
+# package mariadb-server, not mariadb-server-core alone.
+{ command -v mariadbd >/dev/null && compgen -G "/usr/lib/mysql/plugin/auth_ed25519.so" >/dev/null; } || missing+=(mariadb-server)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v unshare >/dev/null || missing+=(util-linux)
