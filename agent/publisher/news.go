@@ -164,7 +164,7 @@ func endpointNews(before, after map[podPort]endpointState, why notReadyReasons) 
 		var news bool
 		switch {
 		case !seen:
-			news = c.kind == causeFailure && c.reason != codePodNotReady || c.kind == causeStandby
+			news = c.kind == causeFailure && c.reason != codePodNotReady || c.kind == causeStandby || c.kind == causeMaintenance
 		case was.ready:
 			news = true
 		case c.kind == causeStart:

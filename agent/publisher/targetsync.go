@@ -40,7 +40,14 @@ func (p *Publisher) syncTargets(set targetSet) error {
 	want := map[targetKey]bool{}
 	var serving map[types.UID]map[string]bool // computed only when a target starts
 	for _, pod := range pods {
+		maintained := swhv1alpha1.Maintenance(pod)
 		for i := range g.NumProbes() {
+			if maintained != nil && !gatesPortNotMaintained(g.Gates(pod), portNames, i, maintained) {
+				// Only ports taken out on purpose: no probe, so no
+				// failure to warn about, and a fresh start (from the
+				// not-ready endpoint published) when they come back.
+				continue
+			}
 			probe := &swh.Spec.Healthcheck.Probes[i]
 			key := targetKey{Resource: resource, Pod: pod.UID, Probe: i}
 			want[key] = true
@@ -154,4 +161,15 @@ func initialDelay(pod *corev1.Pod, seconds int32) time.Duration {
 		delay -= time.Since(pod.Status.StartTime.Time)
 	}
 	return max(delay, 0)
+}
+
+// gatesPortNotMaintained reports whether probe i gates a port of the pod that its
+// maintenance annotation does not take out.
+func gatesPortNotMaintained(gates []endpoints.PortGate, portNames []string, i int, maintained func(port string) bool) bool {
+	for j, gate := range gates {
+		if gate.Probes.Has(i) && !maintained(portNames[j]) {
+			return true
+		}
+	}
+	return false
 }

@@ -24,12 +24,16 @@ func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notRe
 		passing, last := p.targets.passing(view.key, pod.UID, len(view.probes))
 		gates := view.grouping.Gates(pod)
 		ports := make([]endpoints.PortVerdict, len(gates))
+		maintained := swhv1alpha1.Maintenance(pod)
 		for i, gate := range gates {
 			ports[i] = gate.Verdict(passing, endpoints.PodReady(pod))
 			switch {
 			case nodeNotReady && ports[i].Port != 0:
 				ports[i].Passing = false
 				why.set(pod.UID, view.portNames[i], nodeNotReadyCause(p.nodeName))
+			case maintained != nil && maintained(view.portNames[i]) && ports[i].Port != 0:
+				ports[i].Passing = false
+				why.set(pod.UID, view.portNames[i], maintenanceCause)
 			case !ports[i].Passing || pod.DeletionTimestamp != nil:
 				why.set(pod.UID, view.portNames[i], explainNotReady(pod, gate, passing, last, view.labels))
 			}
@@ -55,7 +59,15 @@ const (
 	// causeStandby: the pod passes an exclusive port that another pod
 	// holds (or that cannot be held yet). News, but no Warning.
 	causeStandby
+	// causeMaintenance: the pod's maintenance annotation takes it out of
+	// the port on purpose. News, but no Warning.
+	causeMaintenance
 )
+
+// maintenanceCause is the cause of a port a pod's maintenance annotation
+// takes out.
+var maintenanceCause = cause{kind: causeMaintenance, reason: swhv1alpha1.ReasonMaintenance,
+	text: "taken out by its " + swhv1alpha1.AnnotationMaintenance + " annotation"}
 
 // codePodNotReady is the cause of a port that follows pod readiness.
 const codePodNotReady = swhv1alpha1.ReasonPodNotReady

@@ -106,6 +106,9 @@ const (
 	// replication lag and is published ready anyway, because fewer pods
 	// than the probe's maxReplicationLag.keepAtLeast pass the port.
 	ReasonReplicationLagKept = "replication-lag-kept"
+	// ReasonMaintenance: the pod's maintenance annotation takes it out of
+	// the port on purpose (AnnotationMaintenance).
+	ReasonMaintenance = "maintenance"
 )
 
 // Reasons of the events the eviction guard records on a resource.
