@@ -65,4 +65,13 @@
 // probes in flight of one group (SchedulerOptions.MaxConcurrentPerGroup),
 // so that one group's probes hanging against servers that never answer
 // cannot take every slot: the other groups' probes still run on time.
+//
+// Timing adapts to the verdict as HAProxy's fastinter and downinter do:
+// OnResult passes a key's Tracker.Pace to Scheduler.SetPace, and the key is
+// probed every Job.FastPeriod while its results disagree with the verdict
+// (so a failing target is declared down in a few fast periods, not
+// thresholds × Period), every Job.DownPeriod while a target that was
+// healthy is down, and every Period otherwise. Due times stay on the grid
+// of the key's first probe, so that keys added together are probed
+// together whatever their paces went through.
 package probes

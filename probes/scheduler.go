@@ -41,6 +41,15 @@ type Job struct {
 	// disabled, the first probe comes at a random point of the period that
 	// follows it, so that targets added together spread out.
 	InitialDelay time.Duration
+	// FastPeriod is the period while the key's pace is PaceChanging (see
+	// Scheduler.SetPace), HAProxy's fastinter: the results disagree with
+	// the verdict and the next ones should decide it soon. 0 means Period;
+	// it must not exceed Period.
+	FastPeriod time.Duration
+	// DownPeriod is the period while the key's pace is PaceDown,
+	// HAProxy's downinter: a target that was serving is down. 0 means
+	// Period; it must not be below Period.
+	DownPeriod time.Duration
 	// Group is the group whose share of the concurrency slots the key's
 	// probes take (SchedulerOptions.MaxConcurrentPerGroup): a tenant, say.
 	// Keys of one group share its slots; "" is a group like any other.
@@ -55,6 +64,14 @@ func (j Job) validate() error {
 		return fmt.Errorf("probes: job period %s is not positive", j.Period)
 	case j.Timeout < 0 || j.InitialDelay < 0:
 		return fmt.Errorf("probes: job timeout %s and initial delay %s must not be negative", j.Timeout, j.InitialDelay)
+	case j.FastPeriod < 0:
+		return fmt.Errorf("probes: job FastPeriod %s is negative", j.FastPeriod)
+	case j.FastPeriod > j.Period:
+		return fmt.Errorf("probes: job FastPeriod %s exceeds Period %s", j.FastPeriod, j.Period)
+	case j.DownPeriod < 0:
+		return fmt.Errorf("probes: job DownPeriod %s is negative", j.DownPeriod)
+	case j.DownPeriod > 0 && j.DownPeriod < j.Period:
+		return fmt.Errorf("probes: job DownPeriod %s is below Period %s", j.DownPeriod, j.Period)
 	}
 	return j.Target.Validate()
 }
@@ -133,10 +150,12 @@ type entry[K comparable] struct {
 	gen     atomic.Uint64 // bumped (under mu) by Update and Remove: older probes' results are dropped
 	jitter  float64       // where in its period the first probe falls, in [0, 1)
 	added   int64
+	anchor  int64              // a tick of the Period and DownPeriod grids (see nextDue)
 	next    int64              // when the next probe is due
 	lastDue int64              // when the last probe was due, if ran
 	index   int                // in group.queue; -1 while a probe runs
 	cancel  context.CancelFunc // of the running probe; nil when idle
+	pace    Pace               // set by SetPace
 	ran     bool
 	removed bool
 }
@@ -191,17 +210,20 @@ func (s *Scheduler[K]) Add(key K, job Job) error {
 		e.jitter = rand.Float64()
 	}
 	e.next = e.firstDue()
+	e.anchor = e.next
 	s.entries[key] = e
 	s.join(e)
 	s.enqueue(e)
 	return nil
 }
 
-// Update replaces the job of a key, keeping its place in time: the next
-// probe is due one new period after the last one was due (or as first
-// planned, with the new InitialDelay, if none has run). A probe of the old
-// job still running is canceled and its result dropped. It fails if the key
-// is unknown or the job invalid.
+// Update replaces the job of a key, keeping its place in time and its pace:
+// the next probe is due one new period (of its pace) after the last one was
+// due (or as first planned, with the new InitialDelay, if none has run); the
+// grids of the new Period and DownPeriod start at that last (or first) due
+// time, or now if the key is overdue. A probe of the old job still running
+// is canceled and its result dropped. It fails if the key is unknown or the
+// job invalid.
 func (s *Scheduler[K]) Update(key K, job Job) error {
 	if err := job.validate(); err != nil {
 		return err
@@ -223,16 +245,26 @@ func (s *Scheduler[K]) Update(key K, job Job) error {
 	}
 	e.job = job
 	e.gen.Add(1)
+	if e.ran {
+		e.anchor = e.lastDue
+	} else {
+		e.anchor = e.firstDue()
+	}
 	if !idle {
 		e.cancel() // requeued with the new job when the probe returns
 		return nil
 	}
+	e.next = e.anchor
 	if e.ran {
-		e.next = e.lastDue + int64(job.Period)
-	} else {
-		e.next = e.firstDue()
+		anchor, period := e.grid()
+		e.next = nextTick(anchor, period, e.lastDue)
 	}
-	e.next = max(e.next, s.now())
+	if now := s.now(); e.next < now {
+		// Overdue (the key waited for a slot, or the new InitialDelay has
+		// passed): due now, and the grids start there, so that keys never
+		// paced are due as they were before pacing.
+		e.next, e.anchor = now, now
+	}
 	s.enqueue(e)
 	return nil
 }
@@ -383,8 +415,8 @@ func (s *Scheduler[K]) probe(p *dispatched[K], parent context.Context) {
 }
 
 // requeue gives back the group slot of the probe p ran, schedules the next
-// probe of its entry on its period's grid, and takes the next due probe off
-// the queue, if any.
+// probe of its entry at its pace (see nextDue), and takes the next due probe
+// off the queue, if any.
 func (s *Scheduler[K]) requeue(p *dispatched[K], parent context.Context) *dispatched[K] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -396,17 +428,7 @@ func (s *Scheduler[K]) requeue(p *dispatched[K], parent context.Context) *dispat
 	}
 	s.forgetIfUnused(p.group)
 	if !e.removed && !s.stopping.Load() {
-		now, period := s.now(), int64(e.job.Period)
-		e.next = e.lastDue + period
-		if e.next < now {
-			// The probe outlasted its period. The next is due at
-			// once, as of the last tick it covered; the ticks before
-			// are skipped. Waiting for the next tick instead would
-			// halve the probing of a target whose probes time out
-			// after a full period, and delay its failure threshold
-			// as much.
-			e.next = e.lastDue + (now-e.lastDue)/period*period
-		}
+		e.next = e.nextDue(s.now())
 		s.enqueue(e)
 	}
 	next, _ := s.takeDue(parent)

@@ -28,7 +28,8 @@ type Tracker struct {
 	successThreshold int
 	failureThreshold int
 	healthy          bool
-	successes        int // consecutive, saturated at the threshold
+	wasHealthy       bool // healthy now or at any time before (InitialHealthy counts)
+	successes        int  // consecutive, saturated at the threshold
 	failures         int
 }
 
@@ -38,7 +39,7 @@ func NewTracker(cfg TrackerConfig) (*Tracker, error) {
 		return nil, fmt.Errorf("probes: tracker thresholds must not be negative (success %d, failure %d)",
 			cfg.SuccessThreshold, cfg.FailureThreshold)
 	}
-	t := &Tracker{successThreshold: cfg.SuccessThreshold, failureThreshold: cfg.FailureThreshold, healthy: cfg.InitialHealthy}
+	t := &Tracker{successThreshold: cfg.SuccessThreshold, failureThreshold: cfg.FailureThreshold, healthy: cfg.InitialHealthy, wasHealthy: cfg.InitialHealthy}
 	if t.successThreshold == 0 {
 		t.successThreshold = 1
 	}
@@ -57,6 +58,7 @@ func (t *Tracker) Observe(s Status) (healthy, changed bool) {
 		t.successes = min(t.successes+1, t.successThreshold)
 		if !t.healthy && t.successes >= t.successThreshold {
 			t.healthy, changed = true, true
+			t.wasHealthy = true
 		}
 	case Failure:
 		t.successes = 0
@@ -70,3 +72,53 @@ func (t *Tracker) Observe(s Status) (healthy, changed bool) {
 
 // Healthy returns the current state.
 func (t *Tracker) Healthy() bool { return t.healthy }
+
+// Pace is how often a target should be probed for its verdict, as HAProxy's
+// inter, fastinter and downinter: Tracker.Pace gives it from the results so
+// far, and Scheduler.SetPace applies it to a key.
+type Pace uint8
+
+const (
+	// PaceSteady probes every Job.Period: the verdict is settled.
+	PaceSteady Pace = iota
+	// PaceChanging probes every Job.FastPeriod: the results disagree with
+	// the verdict, so the next ones decide it sooner.
+	PaceChanging
+	// PaceDown probes every Job.DownPeriod: a target that was serving is
+	// down, and probing it as often as a healthy one buys little.
+	PaceDown
+)
+
+func (p Pace) String() string {
+	switch p {
+	case PaceSteady:
+		return "steady"
+	case PaceChanging:
+		return "changing"
+	case PaceDown:
+		return "down"
+	}
+	return fmt.Sprintf("Pace(%d)", uint8(p))
+}
+
+// Pace returns the pace the results so far call for: PaceChanging while
+// the verdict is changing (healthy with failures counted, or unhealthy
+// with successes counted, the threshold not reached yet), PaceDown while a
+// target that was healthy before (or started healthy) is unhealthy with no
+// success counted, and PaceSteady otherwise.
+func (t *Tracker) Pace() Pace {
+	switch {
+	case t.healthy && t.failures > 0, !t.healthy && t.successes > 0:
+		// The next results decide the verdict: have them soon, so that
+		// a failing target loses its traffic (or a recovering one gets
+		// it back) in a few fast periods rather than thresholds × Period.
+		return PaceChanging
+	case !t.healthy && t.wasHealthy:
+		return PaceDown
+	default:
+		// Healthy and passing, or never healthy yet: a starting pod keeps
+		// the normal period, so that its first pass is not put off by a
+		// slow down period.
+		return PaceSteady
+	}
+}

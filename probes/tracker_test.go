@@ -49,3 +49,46 @@ func TestTrackerCounters(t *testing.T) {
 		t.Error("a negative threshold was accepted")
 	}
 }
+
+func TestTrackerPace(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     TrackerConfig
+		results string // S success, F failure, U unknown
+		paces   string // pace after each result: s steady, c changing, d down
+	}{
+		{"a starting pod failing stays steady", TrackerConfig{}, "FFF", "sss"},
+		{"healthy, then failures change, then down", TrackerConfig{}, "SFFF", "sccd"},
+		{"a success ends the change", TrackerConfig{}, "SFSF", "scsc"},
+		{"initially healthy counts as healthy before", TrackerConfig{InitialHealthy: true}, "FFFF", "ccdd"},
+		{"recovery changes, then steady", TrackerConfig{InitialHealthy: true, FailureThreshold: 1, SuccessThreshold: 3}, "FSSS", "dccs"},
+		{"a failure while recovering is down again", TrackerConfig{InitialHealthy: true, FailureThreshold: 1, SuccessThreshold: 2}, "FSFS", "dcdc"},
+		{"a starting pod's first successes change", TrackerConfig{SuccessThreshold: 3}, "FSSSF", "sccsc"},
+		{"failure threshold 1 goes down at once", TrackerConfig{FailureThreshold: 1}, "SFS", "sds"},
+		{"unknown changes nothing", TrackerConfig{InitialHealthy: true}, "UFUFUF", "sccccd"},
+	} {
+		tr, err := NewTracker(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Pace() != PaceSteady {
+			t.Errorf("%s: initial pace %v", tc.name, tr.Pace())
+		}
+		var got []byte
+		for _, r := range tc.results {
+			tr.Observe(map[rune]Status{'S': Success, 'F': Failure, 'U': Unknown}[r])
+			got = append(got, tr.Pace().String()[0])
+		}
+		if string(got) != tc.paces {
+			t.Errorf("%s: %s gives paces %s, want %s", tc.name, tc.results, got, tc.paces)
+		}
+	}
+}
+
+func TestPaceString(t *testing.T) {
+	for p, want := range map[Pace]string{PaceSteady: "steady", PaceChanging: "changing", PaceDown: "down", 7: "Pace(7)"} {
+		if p.String() != want {
+			t.Errorf("%d: %q, want %q", uint8(p), p.String(), want)
+		}
+	}
+}
