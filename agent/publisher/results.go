@@ -18,6 +18,10 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 		return
 	}
 	p.metrics.observeProbe(o.mode, r.Result)
+	if o.newPace {
+		// A no-op for jobs without fast or down periods.
+		p.scheduler.SetPace(r.Key, o.pace)
+	}
 	if o.newProblem(r.Result) {
 		// Configuration problems get their own event at once: no endpoint
 		// transition may follow (a pod that never passed stays not ready).

@@ -32,6 +32,8 @@ type target struct {
 	pod string
 	// mode labels the probe's metrics.
 	mode string
+	// pace is the pace last given to the scheduler.
+	pace probes.Pace
 }
 
 // targetTable holds every target of the node. Probe goroutines report into it
@@ -57,6 +59,9 @@ type observation struct {
 	owner                 types.UID
 	pod                   string
 	mode                  string
+	// pace is set when the target's pace changed with the result.
+	pace    probes.Pace
+	newPace bool
 }
 
 // observe records a result; known is false for a target removed while its
@@ -74,6 +79,9 @@ func (s *targetTable) observe(key targetKey, res probes.Result, now time.Time) (
 	res.Err = nil
 	t.last = res
 	_, o.flipped = t.tracker.Observe(res.Status)
+	if pace := t.tracker.Pace(); pace != t.pace {
+		t.pace, o.pace, o.newPace = pace, pace, true
+	}
 	if o.flipped {
 		if _, pending := s.changed[key.Resource]; !pending {
 			s.changed[key.Resource] = now

@@ -105,12 +105,17 @@ func (p *Publisher) syncTargets(set targetSet) error {
 				Period:       period,
 				Timeout:      time.Duration(probe.TimeoutSeconds) * time.Second,
 				InitialDelay: alignedDelay(time.Now(), initialDelay(pod, swh.Spec.Healthcheck.InitialDelaySeconds), period, phaseOf(resource, period)),
+				FastPeriod:   seconds(swh.Spec.Healthcheck.FastPeriodSeconds),
+				DownPeriod:   seconds(swh.Spec.Healthcheck.DownPeriodSeconds),
 				// A namespace's probes share its slots: one tenant's
 				// hanging probes cannot take every other tenant's.
 				Group: resource.Namespace,
 			}
 			if running {
+				// The entry keeps its pace through Update; the new
+				// tracker starts steady (see target.pace).
 				err = p.scheduler.Update(key, job)
+				p.scheduler.SetPace(key, probes.PaceSteady)
 			} else {
 				err = p.scheduler.Add(key, job)
 			}
@@ -172,4 +177,12 @@ func gatesPortNotMaintained(gates []endpoints.PortGate, portNames []string, i in
 		}
 	}
 	return false
+}
+
+// seconds is an optional number of seconds as a duration, 0 when unset.
+func seconds(n *int32) time.Duration {
+	if n == nil {
+		return 0
+	}
+	return time.Duration(*n) * time.Second
 }

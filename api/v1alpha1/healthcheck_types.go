@@ -8,6 +8,8 @@ import (
 // traffic on which port.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.probes) || self.probes.all(p, p.timeoutSeconds <= self.periodSeconds)",message="spec.healthcheck.probes[].timeoutSeconds must not exceed spec.healthcheck.periodSeconds",fieldPath=.probes
+// +kubebuilder:validation:XValidation:rule="!has(self.fastPeriodSeconds) || self.fastPeriodSeconds <= self.periodSeconds",message="spec.healthcheck.fastPeriodSeconds must not exceed spec.healthcheck.periodSeconds",fieldPath=.fastPeriodSeconds
+// +kubebuilder:validation:XValidation:rule="!has(self.downPeriodSeconds) || self.downPeriodSeconds >= self.periodSeconds",message="spec.healthcheck.downPeriodSeconds must not be below spec.healthcheck.periodSeconds",fieldPath=.downPeriodSeconds
 type Healthcheck struct {
 	// InitialDelaySeconds is how long after a pod starts its probes begin.
 	// +optional
@@ -22,6 +24,30 @@ type Healthcheck struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	PeriodSeconds int32 `json:"periodSeconds"`
+
+	// FastPeriodSeconds is how often a probe runs while its verdict is
+	// changing, as HAProxy's fastinter: from a passing target's first
+	// failure until failureThreshold decides, and from a failing target's
+	// first success until successThreshold does. A failure is then acted
+	// on in about periodSeconds + (failureThreshold-1) × fastPeriodSeconds
+	// instead of failureThreshold × periodSeconds; a target whose results
+	// agree with its verdict is probed every periodSeconds, so the steady
+	// probe rate is unchanged. Unset means periodSeconds. At most
+	// periodSeconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	FastPeriodSeconds *int32 `json:"fastPeriodSeconds,omitempty"`
+
+	// DownPeriodSeconds is how often a probe runs while a target that
+	// passed before is down, as HAProxy's downinter: dead pods cost fewer
+	// probes, and a recovery is seen up to this long after it happens.
+	// A pod that never passed (a starting one) is probed every
+	// periodSeconds. Unset means periodSeconds. At least periodSeconds.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	DownPeriodSeconds *int32 `json:"downPeriodSeconds,omitempty"`
 
 	// Probes are grouped by the port they check: a probe whose targetPort
 	// equals the targetPort of one of spec.ports gates that port only; one

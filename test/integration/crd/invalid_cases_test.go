@@ -47,6 +47,10 @@ var invalidCases = []invalidCase{
 
 	// The healthcheck section.
 	{name: "periodSeconds zero", spec: okPorts + "healthcheck: {periodSeconds: 0}\n", field: "spec.healthcheck.periodSeconds"},
+	{name: "fast period longer than the period", spec: okPorts + "healthcheck: {periodSeconds: 5, fastPeriodSeconds: 6}\n", field: "spec.healthcheck.fastPeriodSeconds", message: "must not exceed spec.healthcheck.periodSeconds"},
+	{name: "fast period zero", spec: okPorts + "healthcheck: {fastPeriodSeconds: 0}\n", field: "spec.healthcheck.fastPeriodSeconds"},
+	{name: "down period shorter than the period", spec: okPorts + "healthcheck: {periodSeconds: 10, downPeriodSeconds: 5}\n", field: "spec.healthcheck.downPeriodSeconds", message: "must not be below spec.healthcheck.periodSeconds"},
+	{name: "down period too long", spec: okPorts + "healthcheck: {downPeriodSeconds: 3601}\n", field: "spec.healthcheck.downPeriodSeconds"},
 	{name: "negative initialDelaySeconds", spec: okPorts + "healthcheck: {initialDelaySeconds: -5}\n", field: "spec.healthcheck.initialDelaySeconds"},
 	{name: "unknown mode", spec: probeOpen + "mode: ICMP\n", field: "spec.healthcheck.probes[0].mode"},
 	{name: "TCP mode with an http object", spec: probeOpen + "mode: TCP\n    http: {targetPort: 2525}\n", field: "spec.healthcheck.probes[0].http", message: "http may only be set when mode is HTTP"},
