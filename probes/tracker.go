@@ -73,6 +73,16 @@ func (t *Tracker) Observe(s Status) (healthy, changed bool) {
 // Healthy returns the current state.
 func (t *Tracker) Healthy() bool { return t.healthy }
 
+// Reset forgets the results counted and sets the state, as a new Tracker
+// of the same thresholds starting there would be; a healthy state counts
+// as having been healthy (see Pace). A prober that kept a target's
+// verdict while its own results could not be trusted uses it to go on
+// from the verdict it kept.
+func (t *Tracker) Reset(healthy bool) {
+	t.healthy, t.successes, t.failures = healthy, 0, 0
+	t.wasHealthy = t.wasHealthy || healthy
+}
+
 // Pace is how often a target should be probed for its verdict, as HAProxy's
 // inter, fastinter and downinter: Tracker.Pace gives it from the results so
 // far, and Scheduler.SetPace applies it to a key.

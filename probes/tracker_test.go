@@ -92,3 +92,42 @@ func TestPaceString(t *testing.T) {
 		}
 	}
 }
+
+func TestTrackerReset(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		initial bool
+		results []Status
+		reset   bool
+		// afterFailure and afterSuccess are the states after one more
+		// failure, then one success.
+		afterFailure, afterSuccess bool
+	}{
+		// Reset to healthy forgets the failures counted: two more are
+		// needed, not one.
+		{name: "healthy after failures", initial: true, results: []Status{Failure, Failure, Failure}, reset: true, afterFailure: true, afterSuccess: true},
+		// Reset to unhealthy forgets the success counted: two more are
+		// needed.
+		{name: "unhealthy after a success", results: []Status{Success}, afterFailure: false, afterSuccess: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := NewTracker(TrackerConfig{SuccessThreshold: 2, FailureThreshold: 2, InitialHealthy: tc.initial})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range tc.results {
+				tr.Observe(r)
+			}
+			tr.Reset(tc.reset)
+			if tr.Healthy() != tc.reset || tr.Pace() != PaceSteady {
+				t.Fatalf("after Reset(%v): healthy %v, pace %v", tc.reset, tr.Healthy(), tr.Pace())
+			}
+			if got, _ := tr.Observe(Failure); got != tc.afterFailure {
+				t.Errorf("after one failure: healthy %v, want %v", got, tc.afterFailure)
+			}
+			if got, _ := tr.Observe(Success); got != tc.afterSuccess {
+				t.Errorf("then a success: healthy %v, want %v", got, tc.afterSuccess)
+			}
+		})
+	}
+}

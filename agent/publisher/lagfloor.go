@@ -102,7 +102,8 @@ func (p *Publisher) lagOnly(view *resourceView, v endpoints.PodVerdicts, i int, 
 	if i >= len(gates) || gates[i].Probes.Empty() {
 		return 0
 	}
-	passing, last := p.targets.passing(view.key, v.Pod.UID, len(view.probes))
+	st := p.targets.passing(view.key, v.Pod.UID, len(view.probes))
+	passing, last := st.passing|st.kept, st.last
 	floor := 0
 	for j := range view.probes {
 		if !gates[i].Probes.Has(j) || passing.Has(j) {

@@ -3,6 +3,7 @@ package publisher
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ type Metrics struct {
 	gateWrites    *prometheus.CounterVec
 	closings      *prometheus.CounterVec
 	closed        prometheus.Counter
+	held          *heldCollector
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -70,8 +72,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "swh_agent_sessions_closed_total",
 			Help: "Client sessions ended on withdrawn PostgreSQL pods (closeSessions).",
 		}),
+		held: newHeldCollector(),
 	}
-	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets, m.secretReads, m.gateWrites, m.closings, m.closed} {
+	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets, m.secretReads, m.gateWrites, m.closings, m.closed, m.held} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering the agent's metrics: %w", err)
 		}
@@ -164,4 +167,47 @@ func (m *Metrics) secretRead(outcome string) {
 // swh-services not written yet) answers 422 rather than 403.
 func refused(err error) bool {
 	return apierrors.IsForbidden(err) || (apierrors.IsInvalid(err) && strings.Contains(err.Error(), "denied request"))
+}
+
+// heldCollector reports the fail-static gauges (failstatic.go), counted
+// from the table when scraped: holds are rare, and counting at each change
+// would miss the targets removed while held.
+type heldCollector struct {
+	held, suspected *prometheus.Desc
+	table           atomic.Pointer[targetTable]
+}
+
+func newHeldCollector() *heldCollector {
+	return &heldCollector{
+		held: prometheus.NewDesc("swh_agent_held_targets",
+			"Probe targets kept published as passing although they fail, because the failures point at the checker (fail static), by scope (probe: one probe of one resource; node: every probe of the node) and reason.",
+			[]string{"scope", "reason"}, nil),
+		suspected: prometheus.NewDesc("swh_agent_checker_suspected",
+			"Scopes whose every target's latest result points at the checker rather than the pods: 1 for the node when every probe of the node gets no answer (timeout, unreachable; two pods at least), and per probe reason the number of probes of resources that fail the same way on every pod (config, secret, auth, tls).",
+			[]string{"scope", "reason"}, nil),
+	}
+}
+
+func (c *heldCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.held
+	ch <- c.suspected
+}
+
+func (c *heldCollector) Collect(ch chan<- prometheus.Metric) {
+	t := c.table.Load()
+	if t == nil {
+		return
+	}
+	for desc, counts := range map[*prometheus.Desc]map[[2]string]int{c.held: t.heldCounts(), c.suspected: t.suspected()} {
+		for k, n := range counts {
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, float64(n), k[0], k[1])
+		}
+	}
+}
+
+// watchTable makes the metrics read the holds of t.
+func (m *Metrics) watchTable(t *targetTable) {
+	if m != nil {
+		m.held.table.Store(t)
+	}
 }

@@ -52,6 +52,8 @@ type Publisher struct {
 	gateWritten gateMemory
 	// holds are the exclusive ports' Leases the node holds.
 	holds leaseHolds
+	// kept remembers which resources' FailingStatic news were told.
+	kept keptNews
 }
 
 // notify asks for a reconcile of a resource after a verdict flipped.
@@ -88,6 +90,9 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	if publishErr == nil {
 		// Only once the slices no longer publish the node's pod there.
 		publishErr = p.release(ctx, held.release)
+	}
+	if publishErr == nil {
+		evs = append(evs, p.kept.events(req.NamespacedName, why, p.nodeName)...)
 	}
 	p.emit(ctx, view.swh, slices.Concat(evs, held.events, published))
 	// The gates do not wait on the slices: a refused slice write must not
@@ -134,4 +139,5 @@ func (p *Publisher) forget(key types.NamespacedName) {
 	p.takenSliceNames.forget(key)
 	p.told.forget(key)
 	p.holds.forget(key.Namespace, key.Name)
+	p.kept.forget(key)
 }

@@ -130,7 +130,9 @@ func (p *Publisher) syncGates(ctx context.Context, view *resourceView) error {
 		if pod.DeletionTimestamp != nil || !declaresGate(pod, condType) {
 			continue
 		}
-		passing, _ := p.targets.passing(view.key, pod.UID, len(view.probes))
+		st := p.targets.passing(view.key, pod.UID, len(view.probes))
+		// A hold keeps the gate as it keeps the endpoints (failstatic.go).
+		passing := st.passing | st.kept
 		failing := gateFailing(view.grouping.Gates(pod), view.service.Ports, passing, containersReady(pod))
 		if err := p.writeGate(ctx, pod, condType, mode, failing); err != nil {
 			errs = append(errs, err)

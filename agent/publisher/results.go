@@ -42,6 +42,10 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 	case o.flipped:
 		p.metrics.transition()
 		p.notify(r.Key.Resource)
+	case o.held || o.unheld:
+		// Published the same, but why changed: the reconcile says so
+		// (the reasons annotation, the FailingStatic event).
+		p.notify(r.Key.Resource)
 	case o.newReason && r.Result.Status == probes.Failure:
 		// No verdict changed, but why a pod is not ready may have: the
 		// reconcile reports it.

@@ -152,6 +152,7 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 		return nil, fmt.Errorf("building the publisher: the probe scheduler: %w", err)
 	}
 	p.scheduler = sched
+	p.metrics.watchTable(p.targets)
 	return p, nil
 }
 

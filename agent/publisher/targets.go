@@ -34,6 +34,12 @@ type target struct {
 	mode string
 	// pace is the pace last given to the scheduler.
 	pace probes.Pace
+	// lastAt is when the last result came, failingSince when the current
+	// run of failures began (zero while passing).
+	lastAt, failingSince time.Time
+	// heldBy is the hold that keeps the target published as passing while
+	// its tracker says otherwise (failstatic.go); nil when none does.
+	heldBy *hold
 }
 
 // targetTable holds every target of the node. Probe goroutines report into it
@@ -44,10 +50,15 @@ type targetTable struct {
 	// changed records, per resource, when a verdict changed first since
 	// the last write: the start of the verdict-to-write delay.
 	changed map[types.NamespacedName]time.Time
+	// lastSuccess is, per hold scope, when a target of it last passed;
+	// holds are the standing holds (failstatic.go).
+	lastSuccess map[holdScope]time.Time
+	holds       map[holdScope]*hold
 }
 
 func newTargetTable() *targetTable {
-	return &targetTable{targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{}}
+	return &targetTable{targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{},
+		lastSuccess: map[holdScope]time.Time{}, holds: map[holdScope]*hold{}}
 }
 
 // observation is what observe learned from one result.
@@ -62,6 +73,9 @@ type observation struct {
 	// pace is set when the target's pace changed with the result.
 	pace    probes.Pace
 	newPace bool
+	// held is set when a hold began keeping the target, unheld when one
+	// stopped (failstatic.go).
+	held, unheld bool
 }
 
 // observe records a result; known is false for a target removed while its
@@ -78,7 +92,10 @@ func (s *targetTable) observe(key targetKey, res probes.Result, now time.Time) (
 	// message (a server's whole error), once per target of the node.
 	res.Err = nil
 	t.last = res
-	_, o.flipped = t.tracker.Observe(res.Status)
+	wasHealthy := t.tracker.Healthy()
+	s.noteResult(key, t, res, now)
+	_, flipped := t.tracker.Observe(res.Status)
+	o.flipped = s.failStatic(key, t, res, wasHealthy, flipped, &o)
 	if pace := t.tracker.Pace(); pace != t.pace {
 		t.pace, o.pace, o.newPace = pace, pace, true
 	}
@@ -90,25 +107,40 @@ func (s *targetTable) observe(key targetKey, res probes.Result, now time.Time) (
 	return o, true
 }
 
-// passing returns the probes of a pod whose verdict is healthy, and the
-// latest result of each probe (a zero Result when none came yet), for
-// messages.
-func (s *targetTable) passing(resource types.NamespacedName, pod types.UID, numProbes int) (endpoints.ProbeSet, []probes.Result) {
+// probeStates is what a pod's targets say for one resource.
+type probeStates struct {
+	// passing are the probes whose verdict is healthy; kept are those a
+	// hold keeps published as passing (failstatic.go).
+	passing, kept endpoints.ProbeSet
+	// last is the latest result of each probe (a zero Result when none
+	// came yet), for messages; holds is the hold of each kept probe.
+	last  []probes.Result
+	holds []*hold
+}
+
+// passing returns the state of the probes of a pod.
+func (s *targetTable) passing(resource types.NamespacedName, pod types.UID, numProbes int) probeStates {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var set endpoints.ProbeSet
-	last := make([]probes.Result, numProbes)
+	st := probeStates{last: make([]probes.Result, numProbes)}
 	for i := range numProbes {
 		t, ok := s.targets[targetKey{resource, pod, i}]
 		if !ok {
 			continue
 		}
-		last[i] = t.last
-		if t.tracker.Healthy() {
-			set = set.With(i)
+		st.last[i] = t.last
+		switch {
+		case t.tracker.Healthy():
+			st.passing = st.passing.With(i)
+		case t.heldBy != nil:
+			st.kept = st.kept.With(i)
+			if st.holds == nil {
+				st.holds = make([]*hold, numProbes)
+			}
+			st.holds[i] = t.heldBy
 		}
 	}
-	return set, last
+	return st
 }
 
 // takeChanged returns and clears when the resource's verdicts first changed.
@@ -156,12 +188,18 @@ func (s *targetTable) get(key targetKey) (addr probes.Target, spec string, ok bo
 func (s *targetTable) put(key targetKey, t *target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old, ok := s.targets[key]; ok {
+		s.unhold(old)
+	}
 	s.targets[key] = t
 }
 
 func (s *targetTable) remove(key targetKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if t, ok := s.targets[key]; ok {
+		s.unhold(t)
+	}
 	delete(s.targets, key)
 }
 
@@ -171,10 +209,11 @@ func (s *targetTable) len() int {
 	return len(s.targets)
 }
 
-// healthy returns the verdict of a running target.
+// healthy returns the verdict of a running target, as published: a held
+// target is.
 func (s *targetTable) healthy(key targetKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.targets[key]
-	return ok && t.tracker.Healthy()
+	return ok && (t.tracker.Healthy() || t.heldBy != nil)
 }

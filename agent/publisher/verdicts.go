@@ -20,13 +20,33 @@ func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notRe
 	verdicts := make([]endpoints.PodVerdicts, 0, len(view.pods))
 	why := notReadyReasons{}
 	nodeNotReady := endpoints.NodeNotReady(view.node)
+	exclusive := map[int]bool{}
+	for _, x := range view.exclusive {
+		exclusive[x.index] = true
+	}
 	for _, pod := range view.pods {
-		passing, last := p.targets.passing(view.key, pod.UID, len(view.probes))
+		st := p.targets.passing(view.key, pod.UID, len(view.probes))
+		passing, last := st.passing, st.last
+		// Held probes count as passing while kubelet says the pod is
+		// Ready, never on an exclusive port (failstatic.go).
+		kept := st.kept
+		if !endpoints.PodReady(pod) {
+			kept = 0
+		}
 		gates := view.grouping.Gates(pod)
 		ports := make([]endpoints.PortVerdict, len(gates))
 		maintained := swhv1alpha1.Maintenance(pod)
 		for i, gate := range gates {
 			ports[i] = gate.Verdict(passing, endpoints.PodReady(pod))
+			effective := passing
+			if !ports[i].Passing && !kept.Empty() && !exclusive[i] {
+				if v := gate.Verdict(passing|kept, true); v.Passing {
+					ports[i], effective = v, passing|kept
+					if pod.DeletionTimestamp == nil {
+						why.set(pod.UID, view.portNames[i], keptCause(gate, passing, st, view.labels, p.nodeName))
+					}
+				}
+			}
 			switch {
 			case nodeNotReady && ports[i].Port != 0:
 				ports[i].Passing = false
@@ -35,7 +55,7 @@ func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notRe
 				ports[i].Passing = false
 				why.set(pod.UID, view.portNames[i], maintenanceCause)
 			case !ports[i].Passing || pod.DeletionTimestamp != nil:
-				why.set(pod.UID, view.portNames[i], explainNotReady(pod, gate, passing, last, view.labels))
+				why.set(pod.UID, view.portNames[i], explainNotReady(pod, gate, effective, last, view.labels))
 			}
 		}
 		verdicts = append(verdicts, endpoints.PodVerdicts{Pod: pod, Ports: ports})
@@ -62,6 +82,10 @@ const (
 	// causeMaintenance: the pod's maintenance annotation takes it out of
 	// the port on purpose. News, but no Warning.
 	causeMaintenance
+	// causeKept: the pod fails a probe of the port, and a hold keeps it
+	// published ready because the checker is suspected (failstatic.go).
+	// The hold has its own event.
+	causeKept
 )
 
 // maintenanceCause is the cause of a port a pod's maintenance annotation

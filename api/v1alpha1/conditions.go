@@ -8,3 +8,15 @@ const (
 	// ConditionEndpointsAvailable is True when at least one endpoint is ready.
 	ConditionEndpointsAvailable = "EndpointsAvailable"
 )
+
+// Condition FailingStatic and its reason. The controller sets it only
+// while it is True, and removes it when no endpoint is kept that way.
+const (
+	// ConditionFailingStatic is True while some node's agent keeps
+	// endpoints of the resource published although their probes fail,
+	// because the failures point at the checker (the endpoint reason
+	// ReasonFailStatic); the message names the nodes.
+	ConditionFailingStatic = "FailingStatic"
+	// ReasonCheckerSuspected (True): see ConditionFailingStatic.
+	ReasonCheckerSuspected = "CheckerSuspected"
+)

@@ -109,6 +109,11 @@ const (
 	// ReasonMaintenance: the pod's maintenance annotation takes it out of
 	// the port on purpose (AnnotationMaintenance).
 	ReasonMaintenance = "maintenance"
+	// ReasonFailStatic: the pod fails a probe of the port and is kept
+	// published ready, because the failure points at the checker (the
+	// probe cannot run, every pod of the node fails it the same way, or
+	// every probe of the node gets no answer); the message says which.
+	ReasonFailStatic = "fail-static"
 )
 
 // Reasons of the events the eviction guard records on a resource.
@@ -164,6 +169,13 @@ const (
 	// the name of an exclusive port's exists and is not the resource's;
 	// the port cannot be held until it is deleted.
 	EventReasonExclusiveLeaseTaken = "ExclusiveLeaseTaken"
+	// EventReasonFailingStatic (Warning, agent): endpoints of the node
+	// fail their probes and stay published, because the failures point at
+	// the checker (endpoint reason ReasonFailStatic).
+	EventReasonFailingStatic = "FailingStatic"
+	// EventReasonFailStaticEnded (Normal, agent): no endpoint of the node
+	// is kept that way any more.
+	EventReasonFailStaticEnded = "FailStaticEnded"
 	// EventReasonSessionsClosed (Normal, agent): the agent ended the
 	// clients' sessions on a PostgreSQL pod it withdrew (closeSessions).
 	EventReasonSessionsClosed = "SessionsClosed"

@@ -124,7 +124,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.eventOnTransition(swh, cond)
-	res, err := r.writeStatus(ctx, swh, withExclusive(computeStatus(swh, svc, published, cond), swh, leases, published))
+	res, err := r.writeStatus(ctx, swh, withFailStatic(withExclusive(computeStatus(swh, svc, published, cond), swh, leases, published), swh, published))
 	if err == nil && res.RequeueAfter == 0 {
 		res.RequeueAfter = requeue
 	}

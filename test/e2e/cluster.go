@@ -342,7 +342,7 @@ func (n *Node) StartAgent(ctx context.Context) error {
 		return err
 	}
 	p, err := n.c.procs.Start(n.NS, fmt.Sprintf("%s-swh-agent-%d", n.Name, n.agentRuns), []string{"KUBECONFIG=" + kubeconfig},
-		filepath.Join(n.c.bin, "swh-agent"), "--node-name="+n.Name, "--metrics-bind-address=0",
+		filepath.Join(n.c.bin, "swh-agent"), "--node-name="+n.Name, "--metrics-bind-address="+n.IP+":9080",
 		"--health-probe-bind-address="+n.IP+":9081")
 	if err != nil {
 		return err

@@ -154,7 +154,8 @@ func contains(s, sub string) bool { return strings.Contains(s, sub) }
 // TestSecretTLSModeIsHonoured: a Secret ported from the original product
 // keeps tlsMode; without one in the spec, the probe uses it. A spec that
 // sets one wins, and the conflict is one event, whose repeats the recorder
-// folds; an invalid value fails the probe, naming the key.
+// folds; an invalid value fails the probe, naming the key (the pod that
+// passed is kept published: the probe cannot run).
 func TestSecretTLSModeIsHonoured(t *testing.T) {
 	a := startAgent(t, nodeA)
 	ns := namespace(t)
@@ -251,9 +252,15 @@ func TestSecretTLSModeIsHonoured(t *testing.T) {
 	if err := controlPlane.Client.Update(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
-	waitPublished(t, ns, "from-secret", map[string]string{"from-secret-node-a": "db-0:FFF"})
-	waitPublished(t, ns, "pinned", map[string]string{"pinned-node-a": "db-0:FFF"})
 	waitProbeFailure(t, ns, "from-secret", `Secret `+ns+`/ported: key "tlsMode" is "prefer"`)
+	// The probes cannot run: the pods that passed stay published, kept
+	// (fail static), the key named in their reason.
+	for _, name := range []string{"from-secret", "pinned"} {
+		if r := waitReason(t, ns, name, "db-0", swhv1alpha1.ReasonFailStatic); !strings.Contains(r.Message, `key "tlsMode" is "prefer"`) {
+			t.Errorf("%s: db-0 kept for %q, which does not name the key", name, r.Message)
+		}
+		waitPublished(t, ns, name, map[string]string{name + "-node-a": "db-0:TTF"})
+	}
 
 	// The patch the note gives applies and leaves tlsMode unset.
 	patch := strings.TrimSuffix(removal[strings.Index(removal, "-p '")+len("-p '"):], "'")

@@ -121,13 +121,28 @@ func TestRecreatedNamespaceGetsNoPreviousCredentials(t *testing.T) {
 	waitPublished(t, ns, "db", passing)
 }
 
-// forbidden waits until pod db-0 of resource db fails with reason secret,
-// and checks that the reason is the API server's 403.
+// forbidden waits until the probe of pod db-0 of resource db fails with
+// reason secret, and checks that the reason is the API server's 403.
 func forbidden(t *testing.T, ns string) {
 	t.Helper()
-	if r := waitReason(t, ns, "db", "db-0", string(publisher.ReasonSecret)); !strings.Contains(r.Message, "forbidden") {
-		t.Errorf("db-0 fails with %s: %s; want the Secret forbidden", r.Reason, r.Message)
-	}
+	// A pod that passed is kept published while its probe cannot run
+	// (fail static); one that never passed is not ready.
+	harness.Eventually(t, 20*time.Second, "db-0's probe failing for the Secret", func() error {
+		reasons, _, err := sliceReasons(context.Background(), ns, "db")
+		if err != nil {
+			return err
+		}
+		r, ok := reasons["db-0"]
+		switch {
+		case !ok || (r.Reason != string(publisher.ReasonSecret) && r.Reason != swhv1alpha1.ReasonFailStatic):
+			return fmt.Errorf("reasons %+v", reasons)
+		case r.Reason == swhv1alpha1.ReasonFailStatic && !strings.Contains(r.Message, ": secret: "):
+			return fmt.Errorf("kept for another reason: %+v", r)
+		case !strings.Contains(r.Message, "forbidden"):
+			t.Fatalf("db-0 fails with %s: %s; want the Secret forbidden", r.Reason, r.Message)
+		}
+		return nil
+	})
 }
 
 // asAgent makes the Secret reads that pass through it as the agent's
