@@ -21,22 +21,25 @@ import (
 //
 //   - its probe cannot run at all (config, secret): the agent's own
 //     problem, which says nothing about the pod;
-//   - it fails with auth or tls, and so does every other target of the
-//     same probe of the resource on the node whose latest result is known
-//     (none of them passed since this one began failing): the credentials
-//     or the CA, not one pod's;
-//   - it fails with timeout or unreachable, and so does every other target
-//     of the node (at least two pods), none passing since this one began
-//     failing: the node's path to its pods, not the pods.
+//   - it fails with auth or tls, and so does another pod of the node that
+//     the same probe of the resource checks: the credentials or the CA,
+//     not one pod's;
+//   - it fails with timeout or unreachable, and so does another pod of
+//     the node: the node's path to its pods, not the pods.
 //
-// A target that last passed counts as passing until its next result: one
-// failing pod among passing ones is never held. A hold ends with the
-// first success in its scope (the checker works again), or when no target
-// is held by it any more; each target it held is then decided by its own
-// next result, a success keeping it published (no successThreshold to
-// wait for: it never stopped being published), a failure withdrawing it.
-// Holds never apply to exclusive ports (verdicts.go): keeping a primary
-// that may be gone would block the failover.
+// and, for the last two, no target of the scope passed since it began
+// failing, none last passed (however long ago: one failing pod among
+// passing ones is never held), none fails otherwise, and the others count
+// only if they passed once and began failing with it (sameEverywhere).
+// A hold ends when its scope answers: a success ends the probe's and the
+// node's, any answer from a pod the node's. Each target it held is then
+// decided by its next result whose probe started after the end: a success
+// keeps it published (no successThreshold to wait for, it never left), a
+// failure withdraws it. A held target that fails otherwise than its hold
+// is about is decided at once. Holds keep an endpoint published only while
+// kubelet says its pod is Ready, and never on an exclusive port
+// (verdicts.go): keeping a primary that may be gone would block the
+// failover.
 
 // holdScope is where a hold applies: one probe of one resource on the
 // node, or the whole node (nodeScope).
@@ -48,14 +51,24 @@ type holdScope struct {
 // nodeScope is the scope of the network holds.
 var nodeScope = holdScope{probe: -1}
 
-// hold is a standing hold of one scope.
+// hold is a hold of one scope: standing until ended is set.
 type hold struct {
 	scope  holdScope
 	reason probes.Reason
 	// since is when the first held target began failing.
 	since time.Time
-	// targets counts the targets the hold keeps.
-	targets int
+	// members are the targets the hold keeps.
+	members map[targetKey]bool
+	// ended is when the hold ended (a target of its scope answered); its
+	// members are then decided by their next result that started after.
+	ended time.Time
+}
+
+// covers reports whether a failure with reason is the one the hold is
+// about: the same kind for the node, the same reason for a probe.
+func (h *hold) covers(reason probes.Reason) bool {
+	kind := suspicionOf(h.reason)
+	return suspicionOf(reason) == kind && (kind == checkerNetwork || h.reason == reason)
 }
 
 // suspicion sorts failure reasons by what they say of the checker.
@@ -95,50 +108,79 @@ func scopeOf(key targetKey, s suspicion) holdScope {
 }
 
 // noteResult records what the hold rules need of a result before the
-// tracker sees it: when the target began failing, and the last success of
-// each scope, which ends its hold. s.mu is held.
-func (s *targetTable) noteResult(key targetKey, t *target, res probes.Result, now time.Time) {
+// tracker sees it: when the target began failing, the last success of each
+// scope, and the end of the holds the result disproves: a success ends its
+// probe's and the node's, and any answer from a pod (a failure that is not
+// the network's, nor the agent's own) ends the node's. s.mu is held.
+func (s *targetTable) noteResult(key targetKey, t *target, res probes.Result, now time.Time, o *observation) {
 	t.lastAt = now
+	probe := holdScope{resource: key.Resource, probe: key.Probe}
 	switch res.Status {
 	case probes.Success:
 		t.failingSince = time.Time{}
-		probe := holdScope{resource: key.Resource, probe: key.Probe}
 		s.lastSuccess[nodeScope], s.lastSuccess[probe] = now, now
-		delete(s.holds, nodeScope)
-		delete(s.holds, probe)
+		s.endHold(nodeScope, now, o)
+		s.endHold(probe, now, o)
 	case probes.Failure:
 		if t.failingSince.IsZero() {
 			t.failingSince = now
 		}
+		if kind := suspicionOf(res.Reason); kind == notChecker || kind == checkerCredentials {
+			s.endHold(nodeScope, now, o)
+		}
+	}
+}
+
+// endHold ends the standing hold of scope, if any, and lists its members
+// in o.repace: they are decided by their next result, soon. s.mu is held.
+func (s *targetTable) endHold(scope holdScope, now time.Time, o *observation) {
+	h := s.holds[scope]
+	if h == nil {
+		return
+	}
+	delete(s.holds, scope)
+	h.ended = now
+	for k := range h.members {
+		o.repace = append(o.repace, k)
 	}
 }
 
 // failStatic applies the hold rules to a result the tracker has seen,
-// given whether the target was healthy before it and whether its verdict
-// flipped, and returns whether the published verdict flips. s.mu is held.
-func (s *targetTable) failStatic(key targetKey, t *target, res probes.Result, wasHealthy, flipped bool, o *observation) bool {
-	if t.heldBy != nil {
-		if s.holds[t.heldBy.scope] == t.heldBy {
-			return false // still held: published as passing
-		}
-		// The hold ended: this result decides, as the first one after
-		// the target was published passing.
-		t.heldBy = nil
-		o.unheld = true
-		if res.Status == probes.Success {
-			t.tracker.Reset(true)
+// given when its probe started, whether the target was healthy before it
+// and whether its verdict flipped; it returns whether what is published
+// may change. s.mu is held.
+func (s *targetTable) failStatic(key targetKey, t *target, res probes.Result, started time.Time, wasHealthy, flipped bool, o *observation) bool {
+	if h := t.heldBy; h != nil {
+		switch {
+		case h.ended.IsZero() && (res.Status != probes.Failure || h.covers(res.Reason)):
+			return false // still held
+		case !h.ended.IsZero() && started.Before(h.ended) && res.Status != probes.Success:
+			// Started before the checker answered again (a probe in
+			// flight then may still time out): wait for a fresh one.
 			return false
 		}
-		if t.tracker.Healthy() {
+		// This result decides: the hold ended, or it fails otherwise
+		// than the hold is about (the pod's own failure).
+		kept := t.kept
+		s.unhold(key, t)
+		o.unheld = true
+		switch {
+		case res.Status == probes.Success && kept:
+			// It never stopped being published: no successThreshold
+			// to wait for.
+			t.tracker.Reset(true)
+			return false
+		case res.Status == probes.Success:
+			return flipped
+		case t.tracker.Healthy():
 			return false
 		}
 		if h := s.holdFor(key, t, res.Reason); h != nil {
-			t.heldBy = h
-			h.targets++
+			s.join(key, t, h)
 			o.held, o.unheld = true, false
 			return false
 		}
-		return true
+		return kept
 	}
 	if !flipped || !wasHealthy || res.Status != probes.Failure {
 		return flipped
@@ -147,14 +189,20 @@ func (s *targetTable) failStatic(key targetKey, t *target, res probes.Result, wa
 	if h == nil {
 		return true
 	}
-	t.heldBy = h
-	h.targets++
+	s.join(key, t, h)
 	o.held = true
 	return false
 }
 
-// holdFor returns the hold that keeps a target that just turned unhealthy
-// with reason, starting it if the rules allow, or nil. s.mu is held.
+// join makes h keep the target of key. s.mu is held.
+func (s *targetTable) join(key targetKey, t *target, h *hold) {
+	t.heldBy = h
+	h.members[key] = true
+}
+
+// holdFor returns the standing hold that keeps a target that just turned
+// unhealthy with reason, starting it if the rules allow, or nil. s.mu is
+// held.
 func (s *targetTable) holdFor(key targetKey, t *target, reason probes.Reason) *hold {
 	kind := suspicionOf(reason)
 	if kind == notChecker {
@@ -162,56 +210,73 @@ func (s *targetTable) holdFor(key targetKey, t *target, reason probes.Reason) *h
 	}
 	scope := scopeOf(key, kind)
 	if h := s.holds[scope]; h != nil {
-		if suspicionOf(h.reason) == kind && (kind == checkerNetwork || h.reason == reason) {
+		if h.covers(reason) {
 			return h
 		}
 		return nil
 	}
-	if kind != checkerItself && !s.sameEverywhere(key, scope, t.failingSince, kind, reason) {
+	if kind != checkerItself && !s.sameEverywhere(key, t, scope, reason) {
 		return nil
 	}
-	h := &hold{scope: scope, reason: reason, since: t.failingSince}
+	h := &hold{scope: scope, reason: reason, since: t.failingSince, members: map[targetKey]bool{}}
 	s.holds[scope] = h
 	return h
 }
 
-// sameEverywhere reports whether no target of the scope passed since
-// since, and every other target of it failed the way the one of key did
-// (the same kind for the node, the same reason for a probe); the node
-// needs targets of two pods at least. s.mu is held.
-func (s *targetTable) sameEverywhere(key targetKey, scope holdScope, since time.Time, kind suspicion, reason probes.Reason) bool {
+// sameEverywhere reports whether the failures of a scope point at the
+// checker, as seen from the target of key that just turned unhealthy
+// with reason: no target of the scope passed since it began failing, none
+// last passed (however long ago), none fails otherwise, and the targets
+// that began failing that way with it, within its window, are of two pods
+// at least. Targets that never passed, or have failed since long before,
+// say nothing either way. s.mu is held.
+func (s *targetTable) sameEverywhere(key targetKey, t *target, scope holdScope, reason probes.Reason) bool {
+	since := t.failingSince
 	if !s.lastSuccess[scope].Before(since) {
 		return false
 	}
+	same := &hold{reason: reason}
 	pods := map[types.UID]bool{key.Pod: true}
 	for k, o := range s.targets {
 		if k == key || (scope != nodeScope && (k.Resource != scope.resource || k.Probe != scope.probe)) {
 			continue
 		}
-		pods[k.Pod] = true
 		switch {
-		case o.last.Status != probes.Failure:
-			// Passing (its last result, however old), or no result yet:
-			// nothing says the checker fails it.
+		case o.last.Status == probes.Success:
 			return false
-		case kind == checkerNetwork && suspicionOf(o.last.Reason) != checkerNetwork:
-			return false
-		case kind != checkerNetwork && o.last.Reason != reason:
+		case o.last.Status != probes.Failure, !o.passedOnce, o.failingSince.Before(since.Add(-t.window)):
+			continue
+		case !same.covers(o.last.Reason):
 			return false
 		}
+		pods[k.Pod] = true
 	}
-	return scope != nodeScope || len(pods) >= 2
+	return len(pods) >= 2
 }
 
-// unhold forgets a target's hold when it goes away. s.mu is held.
-func (s *targetTable) unhold(t *target) {
+// unhold forgets a target's hold, when it is decided or goes away. s.mu
+// is held.
+func (s *targetTable) unhold(key targetKey, t *target) {
 	h := t.heldBy
 	if h == nil {
 		return
 	}
-	t.heldBy = nil
-	if h.targets--; h.targets <= 0 && s.holds[h.scope] == h {
+	t.heldBy, t.kept = nil, false
+	delete(h.members, key)
+	if len(h.members) == 0 && s.holds[h.scope] == h {
 		delete(s.holds, h.scope)
+	}
+}
+
+// setKept records which held probes of a pod keep a port published (its
+// pod Ready, the port not exclusive): only they count as published.
+func (s *targetTable) setKept(resource types.NamespacedName, pod types.UID, held, kept endpoints.ProbeSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range held.All() {
+		if t, ok := s.targets[targetKey{resource, pod, i}]; ok && t.heldBy != nil {
+			t.kept = kept.Has(i)
+		}
 	}
 }
 
@@ -220,7 +285,7 @@ func (s *targetTable) unhold(t *target) {
 // and why the checker is suspected.
 func keptCause(gate endpoints.PortGate, passing endpoints.ProbeSet, st probeStates, labels []string, node string) cause {
 	for i := range st.last {
-		if !gate.Probes.Has(i) || passing.Has(i) || !st.kept.Has(i) {
+		if !gate.Probes.Has(i) || passing.Has(i) || !st.held.Has(i) {
 			continue
 		}
 		r := st.last[i]
@@ -242,8 +307,8 @@ func (h *hold) describe(node string) string {
 	return fmt.Sprintf("every pod of node %s fails this probe with %s since %s: its settings, not the pods", node, h.reason, since)
 }
 
-// heldCounts counts the held targets by scope ("node" or "probe") and the
-// reason of their hold, for the metrics; every scope and reason a hold can
+// heldCounts counts the targets holds keep published by scope ("node" or
+// "probe") and the reason of their hold, for the metrics; every scope and reason a hold can
 // have is there, at 0 when none holds, so that an alert sees it end.
 func (s *targetTable) heldCounts() map[[2]string]int {
 	out := map[[2]string]int{}
@@ -256,7 +321,7 @@ func (s *targetTable) heldCounts() map[[2]string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.targets {
-		if h := t.heldBy; h != nil {
+		if h := t.heldBy; h != nil && t.kept {
 			scope := "probe"
 			if h.scope == nodeScope {
 				scope = "node"
@@ -317,8 +382,8 @@ func (k *keptNews) forget(key types.NamespacedName) {
 // suspected counts, for the metrics, the scopes whose every target's
 // latest result points at the checker, whether or not a hold keeps any of
 // them yet: the node (every target fails with no answer, two pods at
-// least) and each probe of a resource (every target fails it with one
-// reason of the probe's settings). It is known a period after the cause
+// least) and each probe of a resource (every target fails it with config
+// or secret, or with one auth or tls on two pods at least). It is known a period after the cause
 // begins, before failureThreshold withdraws anything. Every scope and
 // reason is there, at 0 when none is suspected.
 func (s *targetTable) suspected() map[[2]string]int {
@@ -334,6 +399,7 @@ func (s *targetTable) suspected() map[[2]string]int {
 	type group struct {
 		reason probes.Reason
 		same   bool
+		pods   map[types.UID]bool
 	}
 	groups := map[holdScope]*group{}
 	pods := map[types.UID]bool{}
@@ -350,17 +416,19 @@ func (s *targetTable) suspected() map[[2]string]int {
 		scope := holdScope{resource: k.Resource, probe: k.Probe}
 		g := groups[scope]
 		if g == nil {
-			g = &group{reason: t.last.Reason, same: true}
+			g = &group{reason: t.last.Reason, same: true, pods: map[types.UID]bool{}}
 			groups[scope] = g
 		}
 		kind := suspicionOf(t.last.Reason)
 		g.same = g.same && failed && t.last.Reason == g.reason && (kind == checkerItself || kind == checkerCredentials)
+		g.pods[k.Pod] = true
 	}
 	if nodeSilent && len(pods) >= 2 {
 		out[[2]string{"node", string(nodeReason)}] = 1
 	}
 	for _, g := range groups {
-		if g.same {
+		// As the holds: credentials refused by one pod are its own.
+		if g.same && (suspicionOf(g.reason) == checkerItself || len(g.pods) >= 2) {
 			out[[2]string{"probe", string(g.reason)}]++
 		}
 	}

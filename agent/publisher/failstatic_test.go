@@ -44,6 +44,7 @@ func TestFailStatic(t *testing.T) {
 		{
 			name: "a passing pod whose result comes later: the first one is withdrawn",
 			rounds: []round{
+				{"web-d": ok},
 				{"db-a": fail(probes.ReasonTimeout), "db-b": fail(probes.ReasonTimeout), "web-c": fail(probes.ReasonTimeout)},
 				{"db-a": fail(probes.ReasonTimeout), "db-b": fail(probes.ReasonTimeout), "web-c": fail(probes.ReasonTimeout)},
 			},
@@ -65,6 +66,31 @@ func TestFailStatic(t *testing.T) {
 			name:      "every pod fails one probe with auth: kept, the other resource untouched",
 			rounds:    []round{{"db-a": fail(probes.ReasonAuth), "db-b": fail(probes.ReasonAuth), "web-c": ok}, {"db-a": fail(probes.ReasonAuth), "db-b": fail(probes.ReasonAuth), "web-c": fail(probes.ReasonRefused)}, {"web-c": fail(probes.ReasonRefused)}},
 			published: []string{"db-a", "db-b", "web-d"}, held: []string{"db-a", "db-b"},
+		},
+		{
+			name:      "the only pod of a probe on the node fails auth: its own, withdrawn",
+			only:      []string{"db-a", "web-c"},
+			rounds:    []round{{"db-a": fail(probes.ReasonAuth), "web-c": ok}, {"db-a": fail(probes.ReasonAuth), "web-c": ok}},
+			published: []string{"web-c"},
+		},
+		{
+			name: "a held pod that fails otherwise is withdrawn at once; the others stay held",
+			rounds: []round{
+				{"db-a": fail(probes.ReasonAuth), "db-b": fail(probes.ReasonAuth)},
+				{"db-a": fail(probes.ReasonAuth), "db-b": fail(probes.ReasonAuth)},
+				{"db-a": fail(probes.ReasonRefused), "db-b": fail(probes.ReasonAuth)},
+			},
+			published: []string{"db-b", "web-c", "web-d"}, held: []string{"db-b"},
+		},
+		{
+			name: "a pod answering ends the node's hold: the silent ones are decided by their next result",
+			rounds: []round{
+				{"db-a": fail(probes.ReasonTimeout), "db-b": fail(probes.ReasonTimeout), "web-c": fail(probes.ReasonTimeout), "web-d": fail(probes.ReasonTimeout)},
+				{"db-a": fail(probes.ReasonTimeout), "db-b": fail(probes.ReasonTimeout), "web-c": fail(probes.ReasonTimeout), "web-d": fail(probes.ReasonTimeout)},
+				{"web-c": fail(probes.ReasonRefused)},
+				{"db-a": fail(probes.ReasonTimeout), "db-b": ok},
+			},
+			published: []string{"db-b", "web-d"}, held: []string{"web-d"},
 		},
 		{
 			name:      "one pod fails auth, the other passes: withdrawn",
@@ -118,17 +144,21 @@ func TestFailStatic(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				table.put(keys[n], &target{tracker: tr})
+				table.put(keys[n], &target{tracker: tr, passedOnce: true, window: 10 * time.Second})
 			}
 			now := time.Unix(1000, 0)
 			for _, r := range tc.rounds {
 				for _, n := range names {
 					if res, ok := r[n]; ok {
 						now = now.Add(time.Millisecond)
-						table.observe(keys[n], res, now)
+						table.observe(keys[n], res, now, now, now)
 					}
 				}
 				now = now.Add(time.Second)
+				// The verdicts: every pod Ready, no exclusive port.
+				for _, t := range table.targets {
+					t.kept = t.heldBy != nil
+				}
 			}
 			var published, held []string
 			for _, n := range names {
@@ -143,5 +173,89 @@ func TestFailStatic(t *testing.T) {
 				t.Errorf("published %v, held %v; want %v, %v", published, held, tc.published, tc.held)
 			}
 		})
+	}
+}
+
+// TestFailStaticEvidence: another pod's timeouts count for a node's hold
+// only if it passed once and began failing with the target that turned
+// unhealthy, within its window.
+func TestFailStaticEvidence(t *testing.T) {
+	res := types.NamespacedName{Namespace: "ns", Name: "web"}
+	x, y := targetKey{Resource: res, Pod: "x"}, targetKey{Resource: res, Pod: "y"}
+	timeout := probes.Result{Status: probes.Failure, Reason: probes.ReasonTimeout}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name string
+		// xPassed: x passed once; xSince: x's first timeout, after t0.
+		xPassed bool
+		xSince  time.Duration
+		held    bool
+	}{
+		{name: "x began failing with y", xPassed: true, xSince: 19 * time.Second, held: true},
+		{name: "x has failed since long before", xPassed: true, xSince: 0},
+		{name: "x never passed", xPassed: false, xSince: 19 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			table := newTargetTable()
+			for _, k := range []targetKey{x, y} {
+				tr, err := probes.NewTracker(probes.TrackerConfig{FailureThreshold: 2, InitialHealthy: k == y || tc.xPassed})
+				if err != nil {
+					t.Fatal(err)
+				}
+				table.put(k, &target{tracker: tr, passedOnce: k == y || tc.xPassed, window: 5 * time.Second})
+			}
+			for at := tc.xSince; at < 22*time.Second; at += time.Second {
+				now := t0.Add(at)
+				table.observe(x, timeout, now, now, now)
+			}
+			for _, at := range []time.Duration{20 * time.Second, 21 * time.Second} {
+				now := t0.Add(at + time.Millisecond)
+				table.observe(y, timeout, now, now, now)
+			}
+			if held := table.targets[y].heldBy != nil; held != tc.held {
+				t.Errorf("y held: %v, want %v", held, tc.held)
+			}
+		})
+	}
+}
+
+// TestFailStaticInFlightAtRelease: a held target's probe that started
+// before its hold ended (in flight as the checker came back) decides
+// nothing; the next one does.
+func TestFailStaticInFlightAtRelease(t *testing.T) {
+	res := types.NamespacedName{Namespace: "ns", Name: "web"}
+	a, b := targetKey{Resource: res, Pod: "a"}, targetKey{Resource: res, Pod: "b"}
+	table := newTargetTable()
+	for _, k := range []targetKey{a, b} {
+		tr, err := probes.NewTracker(probes.TrackerConfig{FailureThreshold: 2, InitialHealthy: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		table.put(k, &target{tracker: tr, passedOnce: true, window: 5 * time.Second})
+	}
+	timeout := probes.Result{Status: probes.Failure, Reason: probes.ReasonTimeout}
+	t0 := time.Unix(1000, 0)
+	for _, at := range []time.Time{t0.Add(-time.Second), t0} {
+		table.observe(a, timeout, at, at, at)
+		table.observe(b, timeout, at, at, at.Add(time.Millisecond))
+	}
+	for _, k := range []targetKey{a, b} {
+		table.targets[k].kept = table.targets[k].heldBy != nil
+	}
+	if table.targets[a].heldBy == nil || table.targets[b].heldBy == nil {
+		t.Fatal("a node whose every probe times out: both targets should be held")
+	}
+	// a answers at t0+2s: the hold ends. b's probe started at t0+1.5s
+	// (before) times out at t0+2.5s: b stays held.
+	table.observe(a, probes.Result{Status: probes.Success, Reason: probes.ReasonOK}, t0, t0.Add(1900*time.Millisecond), t0.Add(2*time.Second))
+	if o, _ := table.observe(b, timeout, t0, t0.Add(1500*time.Millisecond), t0.Add(2500*time.Millisecond)); o.flipped || !table.healthy(b) {
+		t.Fatalf("a result in flight when the hold ended withdrew b (flipped %v)", o.flipped)
+	}
+	// The next one, started after the end, decides: withdrawn.
+	if o, _ := table.observe(b, timeout, t0, t0.Add(3*time.Second), t0.Add(4*time.Second)); !o.flipped || table.healthy(b) {
+		t.Fatalf("a failure after the hold ended kept b (flipped %v)", o.flipped)
+	}
+	if !table.healthy(a) || table.targets[a].heldBy != nil {
+		t.Errorf("a answered: it should be published, and no longer held (held by %v)", table.targets[a].heldBy)
 	}
 }

@@ -19,8 +19,10 @@ import (
 // sources no target exists, so nothing is lost.
 type flipQueue struct {
 	delay time.Duration
-	mu    sync.Mutex
-	queue workqueue.TypedRateLimitingInterface[reconcile.Request]
+	// wholeWindow makes addNow wait out delay too.
+	wholeWindow bool
+	mu          sync.Mutex
+	queue       workqueue.TypedRateLimitingInterface[reconcile.Request]
 }
 
 // source is the controller's source of flips: starting it hands over the
@@ -42,5 +44,20 @@ func (f *flipQueue) add(key types.NamespacedName) {
 	f.mu.Unlock()
 	if q != nil {
 		q.AddAfter(reconcile.Request{NamespacedName: key}, f.delay)
+	}
+}
+
+// addNow asks for a reconcile of a resource at once; a delayed add of it
+// still pending then finds nothing left to write.
+func (f *flipQueue) addNow(key types.NamespacedName) {
+	if f.wholeWindow {
+		f.add(key)
+		return
+	}
+	f.mu.Lock()
+	q := f.queue
+	f.mu.Unlock()
+	if q != nil {
+		q.Add(reconcile.Request{NamespacedName: key})
 	}
 }

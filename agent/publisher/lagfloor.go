@@ -43,6 +43,9 @@ func (p *Publisher) lagFloor(ctx context.Context, view *resourceView, verdicts [
 			if i >= len(v.Ports) || v.Ports[i].Port == 0 {
 				continue
 			}
+			if m := swhv1alpha1.Maintenance(v.Pod); m != nil && m(port) {
+				continue // out on purpose: neither passing nor kept
+			}
 			if v.Ports[i].Passing {
 				passing++
 				continue

@@ -59,6 +59,9 @@ type Publisher struct {
 // notify asks for a reconcile of a resource after a verdict flipped.
 func (p *Publisher) notify(key types.NamespacedName) { p.verdictFlips.add(key) }
 
+// notifyNow asks for it at once, the round of results complete.
+func (p *Publisher) notifyNow(key types.NamespacedName) { p.verdictFlips.addNow(key) }
+
 // Reconcile brings the targets of one resource in line with its spec and
 // the pods of the node, then writes the slices that changed: read what
 // the resource, its Service, the node, the pods and the slices are; sync

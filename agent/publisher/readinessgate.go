@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -134,6 +135,11 @@ func (p *Publisher) syncGates(ctx context.Context, view *resourceView) error {
 		// A hold keeps the gate as it keeps the endpoints (failstatic.go).
 		passing := st.passing | st.kept
 		failing := gateFailing(view.grouping.Gates(pod), view.service.Ports, passing, containersReady(pod))
+		if m := swhv1alpha1.Maintenance(pod); m != nil {
+			// Out on purpose, its probes stopped: not a failure of the
+			// pod, which would take its other ports out with it.
+			failing = slices.DeleteFunc(failing, func(label string) bool { return maintainedLabel(view.service.Ports, label, m) })
+		}
 		if err := p.writeGate(ctx, pod, condType, mode, failing); err != nil {
 			errs = append(errs, err)
 		}
@@ -267,4 +273,15 @@ func (m *gateMemory) record(pod types.UID, t corev1.PodConditionType, before str
 		}
 	}
 	m.written[gateKey{pod, t}] = gateWrite{before: before, cond: c, at: now}
+}
+
+// maintainedLabel reports whether the port a gate label names is one the
+// pod's maintenance annotation takes out.
+func maintainedLabel(ports []corev1.ServicePort, label string, maintained func(string) bool) bool {
+	for _, p := range ports {
+		if endpoints.PortLabel(p.Name, p.Port) == label {
+			return maintained(p.Name)
+		}
+	}
+	return false
 }

@@ -13,14 +13,17 @@ import (
 
 // onResult runs on the probe's goroutine for every result.
 func (p *Publisher) onResult(r probes.Report[targetKey]) {
-	o, known := p.targets.observe(r.Key, r.Result, time.Now())
+	o, known := p.targets.observe(r.Key, r.Result, r.Scheduled, r.Started, time.Now())
 	if !known {
 		return
 	}
 	p.metrics.observeProbe(o.mode, r.Result)
-	if o.newPace {
-		// A no-op for jobs without fast or down periods.
-		p.scheduler.SetPace(r.Key, o.pace)
+	// Every result, not only changes: a target re-created meanwhile must
+	// not keep a pace it no longer has. Cheap when unchanged, and a no-op
+	// for jobs without fast or down periods.
+	p.scheduler.SetPace(r.Key, o.pace)
+	for _, k := range o.repace {
+		p.scheduler.SetPace(k, probes.PaceChanging)
 	}
 	if o.newProblem(r.Result) {
 		// Configuration problems get their own event at once: no endpoint
@@ -38,9 +41,15 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 			reason: swhv1alpha1.EventReasonProbeMisconfigured, action: p.numbered("Probe:" + string(r.Result.Reason)),
 			note: fmt.Sprintf("probe %d of pod %s on node %s: %s", r.Key.Probe, o.pod, p.nodeName, r.Result.Message)}})
 	}
-	switch {
-	case o.flipped:
+	if o.flipped {
 		p.metrics.transition()
+	}
+	switch {
+	case o.roundDone:
+		// Every target of the resource reported for this round: no
+		// other change of it can come, write now (rounds.go).
+		p.notifyNow(r.Key.Resource)
+	case o.flipped:
 		p.notify(r.Key.Resource)
 	case o.held || o.unheld:
 		// Published the same, but why changed: the reconcile says so

@@ -26,7 +26,7 @@ func TestMisconfiguredOncePerProblem(t *testing.T) {
 	refused := probes.Result{Status: probes.Failure, Reason: probes.ReasonRefused, Message: "refused"}
 	var got []bool
 	for _, r := range []probes.Result{missing, missing, noKey, refused, refused, missing} {
-		o, known := table.observe(key, r, time.Now())
+		o, known := table.observe(key, r, time.Now(), time.Now(), time.Now())
 		if !known {
 			t.Fatal("target unknown")
 		}

@@ -34,9 +34,15 @@ const maxRetryDelay = 30 * time.Second
 
 // Options configure a Publisher.
 type Options struct {
-	// Coalesce is how long verdict changes wait to be written together;
-	// 30 ms when zero. Pod and resource changes are not delayed.
+	// Coalesce is how long verdict changes wait to be written together at
+	// most; 30 ms when zero. The wait ends earlier when every target of
+	// the resource has reported for the round of the change (rounds.go).
+	// Pod and resource changes are not delayed.
 	Coalesce time.Duration
+	// CoalesceWholeWindow makes verdict changes always wait out Coalesce,
+	// as before rounds ended it: one write per mass failure either way,
+	// later.
+	CoalesceWholeWindow bool
 	// MaxConcurrentProbes bounds the probes in flight; the probes
 	// module's default when zero.
 	MaxConcurrentProbes int
@@ -140,7 +146,7 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 		skipNameValidation: opts.SkipNameValidation,
 		targets:            newTargetTable(),
 		takenSliceNames:    newTakenNames(),
-		verdictFlips:       &flipQueue{delay: opts.Coalesce},
+		verdictFlips:       &flipQueue{delay: opts.Coalesce, wholeWindow: opts.CoalesceWholeWindow},
 	}
 	secrets := newSecretCache(deps.APIReader, opts.SecretTTL, bounds, deps.Logger.WithName("secrets"), deps.Metrics)
 	secrets.onTLSModeChange = p.secretTLSModeChanged

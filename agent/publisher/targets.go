@@ -32,14 +32,21 @@ type target struct {
 	pod string
 	// mode labels the probe's metrics.
 	mode string
-	// pace is the pace last given to the scheduler.
-	pace probes.Pace
 	// lastAt is when the last result came, failingSince when the current
 	// run of failures began (zero while passing).
 	lastAt, failingSince time.Time
+	// passedOnce is set once the target has been healthy (or started so).
+	passedOnce bool
+	// window is how long after another target's first failure this one's
+	// counts as beginning with it (failstatic.go): its failure threshold's
+	// worth of periods and a timeout.
+	window time.Duration
 	// heldBy is the hold that keeps the target published as passing while
 	// its tracker says otherwise (failstatic.go); nil when none does.
+	// kept is set when that keeps a port published (its pod Ready, the
+	// port not exclusive).
 	heldBy *hold
+	kept   bool
 }
 
 // targetTable holds every target of the node. Probe goroutines report into it
@@ -54,11 +61,16 @@ type targetTable struct {
 	// holds are the standing holds (failstatic.go).
 	lastSuccess map[holdScope]time.Time
 	holds       map[holdScope]*hold
+	// perResource counts the targets of each resource; rounds holds each
+	// resource's latest round of results (rounds.go).
+	perResource map[types.NamespacedName]int
+	rounds      map[types.NamespacedName]*round
 }
 
 func newTargetTable() *targetTable {
 	return &targetTable{targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{},
-		lastSuccess: map[holdScope]time.Time{}, holds: map[holdScope]*hold{}}
+		lastSuccess: map[holdScope]time.Time{}, holds: map[holdScope]*hold{},
+		perResource: map[types.NamespacedName]int{}, rounds: map[types.NamespacedName]*round{}}
 }
 
 // observation is what observe learned from one result.
@@ -70,17 +82,21 @@ type observation struct {
 	owner                 types.UID
 	pod                   string
 	mode                  string
-	// pace is set when the target's pace changed with the result.
-	pace    probes.Pace
-	newPace bool
+	// pace is the target's pace after the result; repace lists targets
+	// whose hold ended, to be probed at PaceChanging (failstatic.go).
+	pace   probes.Pace
+	repace []targetKey
 	// held is set when a hold began keeping the target, unheld when one
 	// stopped (failstatic.go).
 	held, unheld bool
+	// roundDone is set when the result completes a round of the
+	// resource's results in which something changed (rounds.go).
+	roundDone bool
 }
 
 // observe records a result; known is false for a target removed while its
 // probe ran.
-func (s *targetTable) observe(key targetKey, res probes.Result, now time.Time) (o observation, known bool) {
+func (s *targetTable) observe(key targetKey, res probes.Result, due, started, now time.Time) (o observation, known bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.targets[key]
@@ -93,11 +109,19 @@ func (s *targetTable) observe(key targetKey, res probes.Result, now time.Time) (
 	res.Err = nil
 	t.last = res
 	wasHealthy := t.tracker.Healthy()
-	s.noteResult(key, t, res, now)
+	s.noteResult(key, t, res, now, &o)
 	_, flipped := t.tracker.Observe(res.Status)
-	o.flipped = s.failStatic(key, t, res, wasHealthy, flipped, &o)
-	if pace := t.tracker.Pace(); pace != t.pace {
-		t.pace, o.pace, o.newPace = pace, pace, true
+	o.flipped = s.failStatic(key, t, res, started, wasHealthy, flipped, &o)
+	t.passedOnce = t.passedOnce || t.tracker.Healthy()
+	o.roundDone = s.countRound(key.Resource, due, o.flipped || o.held || o.unheld)
+	switch h := t.heldBy; {
+	case h == nil:
+		o.pace = t.tracker.Pace()
+	case h.ended.IsZero():
+		// Published as passing: probed as such, not at the down pace.
+		o.pace = probes.PaceSteady
+	default:
+		o.pace = probes.PaceChanging // to be decided soon
 	}
 	if o.flipped {
 		if _, pending := s.changed[key.Resource]; !pending {
@@ -109,11 +133,13 @@ func (s *targetTable) observe(key targetKey, res probes.Result, now time.Time) (
 
 // probeStates is what a pod's targets say for one resource.
 type probeStates struct {
-	// passing are the probes whose verdict is healthy; kept are those a
-	// hold keeps published as passing (failstatic.go).
-	passing, kept endpoints.ProbeSet
+	// passing are the probes whose verdict is healthy; held are those a
+	// hold would keep published as passing (failstatic.go), and kept
+	// those of them that the last verdicts kept (their pod Ready, their
+	// port not exclusive).
+	passing, held, kept endpoints.ProbeSet
 	// last is the latest result of each probe (a zero Result when none
-	// came yet), for messages; holds is the hold of each kept probe.
+	// came yet), for messages; holds is the hold of each held probe.
 	last  []probes.Result
 	holds []*hold
 }
@@ -133,7 +159,10 @@ func (s *targetTable) passing(resource types.NamespacedName, pod types.UID, numP
 		case t.tracker.Healthy():
 			st.passing = st.passing.With(i)
 		case t.heldBy != nil:
-			st.kept = st.kept.With(i)
+			st.held = st.held.With(i)
+			if t.kept {
+				st.kept = st.kept.With(i)
+			}
 			if st.holds == nil {
 				st.holds = make([]*hold, numProbes)
 			}
@@ -189,7 +218,9 @@ func (s *targetTable) put(key targetKey, t *target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old, ok := s.targets[key]; ok {
-		s.unhold(old)
+		s.unhold(key, old)
+	} else {
+		s.perResource[key.Resource]++
 	}
 	s.targets[key] = t
 }
@@ -197,10 +228,32 @@ func (s *targetTable) put(key targetKey, t *target) {
 func (s *targetTable) remove(key targetKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if t, ok := s.targets[key]; ok {
-		s.unhold(t)
+	t, ok := s.targets[key]
+	if !ok {
+		return
 	}
+	s.unhold(key, t)
 	delete(s.targets, key)
+	if s.perResource[key.Resource]--; s.perResource[key.Resource] <= 0 {
+		s.forgetResource(key.Resource)
+	}
+}
+
+// forgetResource drops what the table keeps of a resource with no target
+// left. s.mu is held.
+func (s *targetTable) forgetResource(resource types.NamespacedName) {
+	delete(s.perResource, resource)
+	delete(s.rounds, resource)
+	for scope := range s.lastSuccess {
+		if scope.resource == resource {
+			delete(s.lastSuccess, scope)
+		}
+	}
+	for scope, h := range s.holds {
+		if scope.resource == resource && scope != nodeScope {
+			delete(s.holds, h.scope)
+		}
+	}
 }
 
 func (s *targetTable) len() int {
@@ -210,10 +263,10 @@ func (s *targetTable) len() int {
 }
 
 // healthy returns the verdict of a running target, as published: a held
-// target is.
+// target that keeps a port published is.
 func (s *targetTable) healthy(key targetKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.targets[key]
-	return ok && (t.tracker.Healthy() || t.heldBy != nil)
+	return ok && (t.tracker.Healthy() || t.heldBy != nil && t.kept)
 }

@@ -88,7 +88,9 @@ func (p *Publisher) syncTargets(set targetSet) error {
 				p.stopTarget(key)
 				continue
 			}
-			p.targets.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode)})
+			period := time.Duration(swh.Spec.Healthcheck.PeriodSeconds) * time.Second
+			p.targets.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode),
+				passedOnce: initial, window: time.Duration(max(probe.FailureThreshold, 1))*period + time.Duration(probe.TimeoutSeconds)*time.Second})
 			var prober probes.Prober
 			if ok {
 				prober = p.probers.build(resource.Namespace, swh.UID, probe)
@@ -98,7 +100,6 @@ func (p *Publisher) syncTargets(set targetSet) error {
 				// The scheduler refuses port 0; this prober dials nothing.
 				addr.Port = 1
 			}
-			period := time.Duration(swh.Spec.Healthcheck.PeriodSeconds) * time.Second
 			job := probes.Job{
 				Prober:       prober,
 				Target:       addr,

@@ -29,19 +29,23 @@ func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notRe
 		passing, last := st.passing, st.last
 		// Held probes count as passing while kubelet says the pod is
 		// Ready, never on an exclusive port (failstatic.go).
-		kept := st.kept
+		held := st.held
 		if !endpoints.PodReady(pod) {
-			kept = 0
+			held = 0
 		}
+		var kept endpoints.ProbeSet // the held probes that keep a port
 		gates := view.grouping.Gates(pod)
 		ports := make([]endpoints.PortVerdict, len(gates))
 		maintained := swhv1alpha1.Maintenance(pod)
 		for i, gate := range gates {
 			ports[i] = gate.Verdict(passing, endpoints.PodReady(pod))
 			effective := passing
-			if !ports[i].Passing && !kept.Empty() && !exclusive[i] {
-				if v := gate.Verdict(passing|kept, true); v.Passing {
-					ports[i], effective = v, passing|kept
+			if !held.Empty() && !exclusive[i] {
+				// A failure of another probe is named, not a held one.
+				effective = passing | held
+				if v := gate.Verdict(passing|held, true); !ports[i].Passing && v.Passing && !(maintained != nil && maintained(view.portNames[i])) {
+					ports[i] = v
+					kept |= held & gate.Probes
 					if pod.DeletionTimestamp == nil {
 						why.set(pod.UID, view.portNames[i], keptCause(gate, passing, st, view.labels, p.nodeName))
 					}
@@ -55,8 +59,16 @@ func (p *Publisher) verdicts(view *resourceView) ([]endpoints.PodVerdicts, notRe
 				ports[i].Passing = false
 				why.set(pod.UID, view.portNames[i], maintenanceCause)
 			case !ports[i].Passing || pod.DeletionTimestamp != nil:
-				why.set(pod.UID, view.portNames[i], explainNotReady(pod, gate, effective, last, view.labels))
+				c := explainNotReady(pod, gate, effective, last, view.labels)
+				if c.kind != causeFailure && effective != passing {
+					// Nothing failing but held probes: say why.
+					c = explainNotReady(pod, gate, passing, last, view.labels)
+				}
+				why.set(pod.UID, view.portNames[i], c)
 			}
+		}
+		if !st.held.Empty() {
+			p.targets.setKept(view.key, pod.UID, st.held, kept)
 		}
 		verdicts = append(verdicts, endpoints.PodVerdicts{Pod: pod, Ports: ports})
 	}

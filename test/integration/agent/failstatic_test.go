@@ -148,14 +148,20 @@ func waitFailingStatic(t *testing.T, ns, name string, want bool) string {
 }
 
 // TestFailStaticWrongSecret: a resource's probe pointed at a Secret that
-// does not exist cannot run; the pod that passed stays published (reason
+// does not exist cannot run; the pods that passed stay published (reason
 // fail-static with the probe's own reason, an event, the metric, the
 // condition, kubectl swh), and the hold ends when the probe runs again.
-// A wrong password that every pod refuses is kept the same way.
+// A wrong password that every pod refuses is kept the same way; a pod
+// whose own server fails meanwhile is withdrawn.
 func TestFailStaticWrongSecret(t *testing.T) {
 	a := startAgent(t, nodeA)
 	ns := namespace(t)
-	gatedDatabase(t, ns, "db")
+	want := newGatedDatabase(t, ns, "db") // db-0, and its credentials
+	ip := harness.PodIP(t)
+	second := harness.StartTestPostgres(t, harness.PostgresOptions{Addr: ip})
+	dbPod(t, ns, "db-1", nodeA, ip)
+	want["db-node-a"] = "db-0:TTF,db-1:TTF"
+	waitPublished(t, ns, "db", want)
 	w := watchWithdrawals(t, ns, "db")
 	swh := &swhv1alpha1.ServiceWithHealthchecks{}
 	key := types.NamespacedName{Namespace: ns, Name: "db"}
@@ -177,9 +183,12 @@ func TestFailStaticWrongSecret(t *testing.T) {
 	}
 	note := waitAgentEvent(t, ns, "db", swhv1alpha1.EventReasonFailingStatic)
 	t.Logf("event: %s", note)
-	if got := a.gauge(t, "swh_agent_held_targets", map[string]string{"scope": "probe", "reason": "secret"}); got != 1 {
-		t.Errorf("swh_agent_held_targets{scope=probe,reason=secret} = %v, want 1", got)
-	}
+	harness.Eventually(t, 10*time.Second, "both pods kept", func() error {
+		if got := a.gauge(t, "swh_agent_held_targets", map[string]string{"scope": "probe", "reason": "secret"}); got != 2 {
+			return fmt.Errorf("swh_agent_held_targets{scope=probe,reason=secret} = %v, want 2", got)
+		}
+		return nil
+	})
 	if got := a.gauge(t, "swh_agent_checker_suspected", map[string]string{"scope": "probe", "reason": "secret"}); got != 1 {
 		t.Errorf("swh_agent_checker_suspected{scope=probe,reason=secret} = %v, want 1", got)
 	}
@@ -202,7 +211,7 @@ func TestFailStaticWrongSecret(t *testing.T) {
 	waitAgentEvent(t, ns, "db", swhv1alpha1.EventReasonFailStaticEnded)
 	waitFailingStatic(t, ns, "db", false)
 
-	// A wrong password: the server refuses it on every pod (one here).
+	// A wrong password: the servers refuse it on every pod.
 	secret := &corev1.Secret{}
 	if err := controlPlane.Client.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "db-credentials"}, secret); err != nil {
 		t.Fatal(err)
@@ -219,6 +228,17 @@ func TestFailStaticWrongSecret(t *testing.T) {
 		t.Fatalf("withdrawn while every pod refused the probe's password: %v", out)
 	}
 	t.Logf("kept on a wrong password: %s", r.Message)
+
+	// db-1's server stops: refused is its own failure, withdrawn at once
+	// while db-0 stays kept.
+	if err := second.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want["db-node-a"] = "db-0:TTF,db-1:FFF"
+	waitPublished(t, ns, "db", want)
+	if r := waitReason(t, ns, "db", "db-0", swhv1alpha1.ReasonFailStatic); !strings.Contains(r.Message, ": auth: ") {
+		t.Errorf("db-0 kept for %q", r.Message)
+	}
 }
 
 // TestFailStaticNodeSilent: every probe of the node times out (its pods

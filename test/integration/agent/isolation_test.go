@@ -6,11 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
 
-	agentapp "github.com/swh-dev/swh/agent/app"
 	"github.com/swh-dev/swh/agent/publisher"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
@@ -24,7 +21,7 @@ import (
 // server stops, while the noisy probes still hang.
 func TestNoisyNamespaceLeavesOthersTheirProbes(t *testing.T) {
 	const slots = 8
-	startAgentWith(t, nodeA, publisher.Options{MaxConcurrentProbes: slots})
+	startAgentWith(t, nodeA, func(o *publisher.Options) { o.MaxConcurrentProbes = slots })
 	ctx := context.Background()
 
 	noisyNS := namespace(t)
@@ -65,19 +62,4 @@ func TestNoisyNamespaceLeavesOthersTheirProbes(t *testing.T) {
 	waitPublished(t, quietNS, "quiet", map[string]string{"quiet-smtp-node-a": "quiet-a:FFF", "quiet-web-node-a": "quiet-a:TTF"})
 	t.Logf("figure: beside 128 hanging probes of another namespace (%d slots, 2 per namespace; %d noisy connections so far), the quiet pod was published %v after its resource was created and withdrawn %v after its server stopped (period 1s)",
 		slots, noisy.smtp.Accepted(), published.Round(time.Millisecond), time.Since(stopped).Round(time.Millisecond))
-}
-
-// startAgentWith is startAgent with the publisher's options.
-func startAgentWith(t *testing.T, node string, opts publisher.Options) *agent {
-	t.Helper()
-	a := &agent{node: node, registry: prometheus.NewRegistry()}
-	cfg := rest.CopyConfig(controlPlane.Config)
-	cfg.QPS, cfg.Burst = 20, 50
-	opts.SkipNameValidation = true
-	mgr, err := agentapp.NewManager(cfg, agentapp.Options{NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry, Publisher: opts})
-	if err != nil {
-		t.Fatalf("creating the agent of %s: %v", node, err)
-	}
-	a.stop = harness.StartManager(context.Background(), t, "the agent of "+node, mgr)
-	return a
 }

@@ -79,6 +79,12 @@ type agent struct {
 // startAgent runs an agent for node until it is stopped or the test ends.
 func startAgent(t testing.TB, node string) *agent {
 	t.Helper()
+	return startAgentWith(t, node, nil)
+}
+
+// startAgentWith is startAgent with publisher options changed by tune.
+func startAgentWith(t testing.TB, node string, tune func(*publisher.Options)) *agent {
+	t.Helper()
 	a := &agent{node: node, registry: prometheus.NewRegistry()}
 	cfg := rest.CopyConfig(controlPlane.Config)
 	cfg.QPS, cfg.Burst = 20, 50 // swh-agent's defaults
@@ -92,9 +98,12 @@ func startAgent(t testing.TB, node string) *agent {
 		}
 		coalesce = d
 	}
+	opts := publisher.Options{SkipNameValidation: true, SecretTTL: time.Second, Coalesce: coalesce}
+	if tune != nil {
+		tune(&opts)
+	}
 	mgr, err := agentapp.NewManager(cfg, agentapp.Options{
-		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry,
-		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: time.Second, Coalesce: coalesce},
+		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry, Publisher: opts,
 	})
 	if err != nil {
 		t.Fatalf("creating the agent of %s: %v", node, err)

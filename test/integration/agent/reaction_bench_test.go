@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/swh-dev/swh/agent/publisher"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/endpoints"
 	"github.com/swh-dev/swh/test/harness"
@@ -46,7 +47,6 @@ func BenchmarkAgentReaction(b *testing.B) {
 	}
 	ctx := context.Background()
 	for range b.N {
-		a := startAgent(b, nodeA)
 		ns := controlPlane.TestNamespace(b)
 		loadStart := time.Now()
 		startLoad(ctx, b, ns, load)
@@ -59,54 +59,80 @@ func BenchmarkAgentReaction(b *testing.B) {
 		if err := controlPlane.Client.Create(ctx, swh); err != nil {
 			b.Fatal(err)
 		}
-		all := func(m map[string]bool) bool { return len(m) == pods }
-		waitReady(ctx, b, ns, "react", all)
-		time.Sleep(2 * period)
-
-		var fromFailure, fromVerdict []time.Duration
-		var writesPerChange []float64
-		for i := range trials {
-			be := backends[i%pods]
-			victim := be.pod.Name
-			w := watchReady(ctx, b, ns, "react")
-			before := a.sliceWrites(b)
-			t0 := time.Now()
-			be.http.SetStatus(http.StatusServiceUnavailable)
-			t1 := w.until(b, func(m map[string]bool) bool { return !m[victim] && len(m) == pods-1 })
-			w.stop()
-			tv := be.http.FirstServed()
-			if tv.IsZero() || tv.After(t1) {
-				b.Fatalf("trial %d: the backend's first failing answer (%v) is not before the slice change (%v)", i, tv, t1)
+		// Side by side in one run: the whole window, as before rounds
+		// ended it, then the default.
+		var p99 time.Duration
+		for _, whole := range []bool{true, false} {
+			mode := "the write waits out the window (--coalesce-whole-window)"
+			if !whole {
+				mode = "the write follows the round's last result (the default)"
 			}
-			fromFailure = append(fromFailure, t1.Sub(t0))
-			fromVerdict = append(fromVerdict, t1.Sub(tv))
-			time.Sleep(300 * time.Millisecond) // let any trailing write land before counting
-			writesPerChange = append(writesPerChange, a.sliceWrites(b)-before)
-			be.http.SetStatus(http.StatusOK)
-			waitReady(ctx, b, ns, "react", all)
-			time.Sleep(300 * time.Millisecond)
+			a := startAgentWith(b, nodeA, func(o *publisher.Options) { o.CoalesceWholeWindow = whole })
+			fromVerdict, massWrites := reactionTrials(ctx, b, a, ns, backends, trials, period, mode, load, loadTook)
+			a.Stop()
+			if !whole {
+				slices.Sort(fromVerdict)
+				p99 = fromVerdict[len(fromVerdict)*99/100]
+				b.ReportMetric(massWrites, "writes-per-slice-mass-failure")
+			}
+			for _, be := range backends {
+				be.http.SetStatus(http.StatusOK)
+			}
 		}
-
-		// Every pod fails at once: the writes of the one slice.
-		before := a.sliceWrites(b)
-		for _, be := range backends {
-			be.http.SetStatus(http.StatusServiceUnavailable)
-		}
-		waitReady(ctx, b, ns, "react", func(m map[string]bool) bool { return len(m) == 0 })
-		time.Sleep(2 * period)
-		massWrites := a.sliceWrites(b) - before
-
-		fmt.Printf("agent reaction over %d failures (period %v, failureThreshold 1, coalescing window %s), with %d other resources on the node's agent (%d probes/s; set up in %v); load average %s:\n",
-			trials, period, cmp.Or(os.Getenv("SWH_AGENT_COALESCE"), "30ms, the default"), load, load+pods, loadTook.Round(time.Second), harness.LoadAverage())
-		fmt.Printf("  probe result flipping the verdict -> slice change seen by a watch: %s  (goal: p99 under 50ms)\n", durationQuantiles(fromVerdict))
-		fmt.Printf("  backend failure -> slice change seen by a watch: %s  (includes the wait for the probe's turn, 0..%v)\n", durationQuantiles(fromFailure), period)
-		fmt.Printf("  slice writes per single endpoint change: %v (goal: 1)\n", writesPerChange)
-		fmt.Printf("  slice writes when all %d pods of the slice fail at once: %v (goal: 1)\n", pods, massWrites)
-		slices.Sort(fromVerdict)
-		b.ReportMetric(float64(fromVerdict[len(fromVerdict)*99/100].Microseconds())/1000, "ms-p99-verdict-to-watch")
-		b.ReportMetric(massWrites, "writes-per-slice-mass-failure")
-		a.Stop()
+		b.ReportMetric(float64(p99.Microseconds())/1000, "ms-p99-verdict-to-watch")
 	}
+}
+
+// reactionTrials fails each backend in turn with agent a running and
+// prints, for mode, the delays from the failing answer and from the
+// failure to the watch, and the writes per change and per mass failure;
+// it returns the first delays and the mass failure's writes.
+func reactionTrials(ctx context.Context, b *testing.B, a *agent, ns string, backends []*backend, trials int, period time.Duration, mode string, load int, loadTook time.Duration) ([]time.Duration, float64) {
+	pods := len(backends)
+	all := func(m map[string]bool) bool { return len(m) == pods }
+	waitReady(ctx, b, ns, "react", all)
+	time.Sleep(2 * period)
+
+	var fromFailure, fromVerdict []time.Duration
+	var writesPerChange []float64
+	for i := range trials {
+		be := backends[i%pods]
+		victim := be.pod.Name
+		w := watchReady(ctx, b, ns, "react")
+		before := a.sliceWrites(b)
+		t0 := time.Now()
+		be.http.SetStatus(http.StatusServiceUnavailable)
+		t1 := w.until(b, func(m map[string]bool) bool { return !m[victim] && len(m) == pods-1 })
+		w.stop()
+		tv := be.http.FirstServed()
+		if tv.IsZero() || tv.After(t1) {
+			b.Fatalf("trial %d: the backend's first failing answer (%v) is not before the slice change (%v)", i, tv, t1)
+		}
+		fromFailure = append(fromFailure, t1.Sub(t0))
+		fromVerdict = append(fromVerdict, t1.Sub(tv))
+		time.Sleep(300 * time.Millisecond) // let any trailing write land before counting
+		writesPerChange = append(writesPerChange, a.sliceWrites(b)-before)
+		be.http.SetStatus(http.StatusOK)
+		waitReady(ctx, b, ns, "react", all)
+		time.Sleep(300 * time.Millisecond)
+	}
+
+	// Every pod fails at once: the writes of the one slice.
+	before := a.sliceWrites(b)
+	for _, be := range backends {
+		be.http.SetStatus(http.StatusServiceUnavailable)
+	}
+	waitReady(ctx, b, ns, "react", func(m map[string]bool) bool { return len(m) == 0 })
+	time.Sleep(2 * period)
+	massWrites := a.sliceWrites(b) - before
+
+	fmt.Printf("agent reaction over %d failures (period %v, failureThreshold 1, coalescing window %s; %s), with %d other resources on the node's agent (%d probes/s; set up in %v); load average %s:\n",
+		trials, period, cmp.Or(os.Getenv("SWH_AGENT_COALESCE"), "30ms, the default"), mode, load, load+pods, loadTook.Round(time.Second), harness.LoadAverage())
+	fmt.Printf("  probe result flipping the verdict -> slice change seen by a watch: %s  (goal: p99 under 50ms)\n", durationQuantiles(fromVerdict))
+	fmt.Printf("  backend failure -> slice change seen by a watch: %s  (includes the wait for the probe's turn, 0..%v)\n", durationQuantiles(fromFailure), period)
+	fmt.Printf("  slice writes per single endpoint change: %v (goal: 1)\n", writesPerChange)
+	fmt.Printf("  slice writes when all %d pods of the slice fail at once: %v (goal: 1)\n", pods, massWrites)
+	return fromVerdict, massWrites
 }
 
 // startLoad creates n resources, each selecting one pod of its own on
