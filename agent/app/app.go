@@ -106,6 +106,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := p.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the publisher: %w", err)
 	}
+	if opts.MetricsAddr != "0" {
+		if err := mgr.AddMetricsServerExtraHandler(publisher.HistoryPath, p.HistoryHandler()); err != nil {
+			return nil, fmt.Errorf("serving the targets' history: %w", err)
+		}
+	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)
 	}

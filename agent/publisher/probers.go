@@ -63,9 +63,10 @@ func specOf(hc *swhv1alpha1.Healthcheck, p *swhv1alpha1.Probe) string {
 	data, _ := json.Marshal(struct {
 		Period, Delay int32
 		Probe         *swhv1alpha1.Probe
-		Fast          *int32 `json:",omitempty"`
-		Down          *int32 `json:",omitempty"`
-	}{hc.PeriodSeconds, hc.InitialDelaySeconds, p, hc.FastPeriodSeconds, hc.DownPeriodSeconds})
+		Fast          *int32                   `json:",omitempty"`
+		Down          *int32                   `json:",omitempty"`
+		Damping       *swhv1alpha1.FlapDamping `json:",omitempty"`
+	}{hc.PeriodSeconds, hc.InitialDelaySeconds, p, hc.FastPeriodSeconds, hc.DownPeriodSeconds, hc.FlapDamping})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
 }

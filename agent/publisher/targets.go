@@ -47,6 +47,12 @@ type target struct {
 	// port not exclusive).
 	heldBy *hold
 	kept   bool
+	// damping is the resource's flap damping (nil: off), flaps the
+	// target's run of withdrawals (damping.go).
+	damping *damping
+	flaps   flapState
+	// history holds the last transitions, for kubectl swh (history.go).
+	history transitions
 }
 
 // targetTable holds every target of the node. Probe goroutines report into it
@@ -92,6 +98,9 @@ type observation struct {
 	// roundDone is set when the result completes a round of the
 	// resource's results in which something changed (rounds.go).
 	roundDone bool
+	// damped is set when flap damping kept the target out although it
+	// passed (damping.go).
+	damped bool
 }
 
 // observe records a result; known is false for a target removed while its
@@ -112,6 +121,8 @@ func (s *targetTable) observe(key targetKey, res probes.Result, due, started, no
 	s.noteResult(key, t, res, now, &o)
 	_, flipped := t.tracker.Observe(res.Status)
 	o.flipped = s.failStatic(key, t, res, started, wasHealthy, flipped, &o)
+	o.flipped = t.damp(o.flipped, now, &o)
+	t.history.note(t, o, now)
 	t.passedOnce = t.passedOnce || t.tracker.Healthy()
 	o.roundDone = s.countRound(key.Resource, due, o.flipped || o.held || o.unheld)
 	switch h := t.heldBy; {

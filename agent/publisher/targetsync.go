@@ -89,8 +89,13 @@ func (p *Publisher) syncTargets(set targetSet) error {
 				continue
 			}
 			period := time.Duration(swh.Spec.Healthcheck.PeriodSeconds) * time.Second
-			p.targets.put(key, &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode),
-				passedOnce: initial, window: time.Duration(max(probe.FailureThreshold, 1))*period + time.Duration(probe.TimeoutSeconds)*time.Second})
+			t := &target{tracker: tracker, addr: addr, spec: spec, owner: swh.UID, pod: pod.Name, mode: string(probe.Mode),
+				passedOnce: initial, window: time.Duration(max(probe.FailureThreshold, 1))*period + time.Duration(probe.TimeoutSeconds)*time.Second,
+				damping: dampingOf(swh.Spec.Healthcheck)}
+			if initial {
+				t.flaps.passingSince = time.Now()
+			}
+			p.targets.put(key, t)
 			var prober probes.Prober
 			if ok {
 				prober = p.probers.build(resource.Namespace, swh.UID, probe)

@@ -49,6 +49,13 @@ type Healthcheck struct {
 	// +kubebuilder:validation:Maximum=3600
 	DownPeriodSeconds *int32 `json:"downPeriodSeconds,omitempty"`
 
+	// FlapDamping keeps a target that keeps failing and recovering out
+	// longer at each withdrawal, as Envoy's outlier ejection does: each
+	// flap costs two slice writes and moves traffic twice. Unset, a
+	// target is published again as soon as successThreshold passes.
+	// +optional
+	FlapDamping *FlapDamping `json:"flapDamping,omitempty"`
+
 	// Probes are grouped by the port they check: a probe whose targetPort
 	// equals the targetPort of one of spec.ports gates that port only; one
 	// matching no port gates every port of the pod; several probes on one
@@ -409,4 +416,39 @@ const (
 // withdrawn from a port, exclusive or not.
 func (p *PostgreSQLProbe) ClosesSessions(exclusive bool) bool {
 	return p != nil && (p.CloseSessions == CloseSessionsOnWithdrawal || p.CloseSessions == CloseSessionsOnExclusiveWithdrawal && exclusive)
+}
+
+// FlapDamping bounds what a flapping target costs: once withdrawn for
+// the n-th time in a row, a target stays out at least n ×
+// baseEjectionSeconds, at most maxEjectionSeconds, however soon it passes
+// again; after stableSeconds passing, n starts over.
+//
+// +kubebuilder:validation:XValidation:rule="self.maxEjectionSeconds >= self.baseEjectionSeconds",message="spec.healthcheck.flapDamping.maxEjectionSeconds must not be below baseEjectionSeconds",fieldPath=.maxEjectionSeconds
+type FlapDamping struct {
+	// BaseEjectionSeconds is the least time out of the first withdrawal
+	// of a run of flaps, and is added at each of the next ones (Envoy's
+	// base_ejection_time).
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	BaseEjectionSeconds int32 `json:"baseEjectionSeconds,omitempty"`
+
+	// MaxEjectionSeconds caps the time out (Envoy's max_ejection_time):
+	// a target that flaps forever costs two slice writes per
+	// maxEjectionSeconds and its period.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	MaxEjectionSeconds int32 `json:"maxEjectionSeconds,omitempty"`
+
+	// StableSeconds is how long a target must pass without a withdrawal
+	// for its run of flaps to end: its next withdrawal counts as the
+	// first again.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	StableSeconds int32 `json:"stableSeconds,omitempty"`
 }

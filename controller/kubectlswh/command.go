@@ -13,6 +13,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/cli-runtime/pkg/printers"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -47,8 +48,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return cmd.ExecuteContext(ctx)
 }
 
-// NewCommand returns the plugin's command tree: status, why, version, and
-// cobra's completion.
+// NewCommand returns the plugin's command tree: status, why, history,
+// version, and cobra's completion.
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	o := &options{
 		config:  genericclioptions.NewConfigFlags(true),
@@ -75,7 +76,7 @@ and (optionally) nodes and the agent pods.`,
 	o.config.AddFlags(flags)
 	flags.StringVar(&o.agentNamespace, "agent-namespace", "swh-system", "namespace of the agent pods (the chart's release namespace)")
 	flags.StringVar(&o.agentSelector, "agent-selector", DefaultAgentSelector, "label selector of the agent pods")
-	root.AddCommand(o.statusCommand(), o.whyCommand(), o.versionCommand())
+	root.AddCommand(o.statusCommand(), o.whyCommand(), o.historyCommand(), o.versionCommand())
 	return root
 }
 
@@ -114,7 +115,9 @@ func (o *options) printer() (printers.ResourcePrinter, error) {
 
 // session is a connection to the cluster for one command.
 type session struct {
-	client    client.Client
+	client client.Client
+	// clientset reaches the agents through the API server's pod proxy.
+	clientset kubernetes.Interface
 	namespace string
 	agents    AgentLocation
 }
@@ -148,7 +151,11 @@ func (o *options) connect() (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the client: %w", err)
 	}
-	return &session{client: c, namespace: ns, agents: AgentLocation{Namespace: o.agentNamespace, Selector: selector}}, nil
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the clientset: %w", err)
+	}
+	return &session{client: c, clientset: cs, namespace: ns, agents: AgentLocation{Namespace: o.agentNamespace, Selector: selector}}, nil
 }
 
 func (o *options) versionCommand() *cobra.Command {

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/swh-dev/swh/agent/publisher"
+	agentapp "github.com/swh-dev/swh/agent/app"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/test/harness"
 )
@@ -21,7 +21,7 @@ import (
 // server stops, while the noisy probes still hang.
 func TestNoisyNamespaceLeavesOthersTheirProbes(t *testing.T) {
 	const slots = 8
-	startAgentWith(t, nodeA, func(o *publisher.Options) { o.MaxConcurrentProbes = slots })
+	startAgentWith(t, nodeA, func(o *agentapp.Options) { o.Publisher.MaxConcurrentProbes = slots })
 	ctx := context.Background()
 
 	noisyNS := namespace(t)

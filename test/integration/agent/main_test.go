@@ -82,8 +82,8 @@ func startAgent(t testing.TB, node string) *agent {
 	return startAgentWith(t, node, nil)
 }
 
-// startAgentWith is startAgent with publisher options changed by tune.
-func startAgentWith(t testing.TB, node string, tune func(*publisher.Options)) *agent {
+// startAgentWith is startAgent with the agent's options changed by tune.
+func startAgentWith(t testing.TB, node string, tune func(*agentapp.Options)) *agent {
 	t.Helper()
 	a := &agent{node: node, registry: prometheus.NewRegistry()}
 	cfg := rest.CopyConfig(controlPlane.Config)
@@ -98,13 +98,14 @@ func startAgentWith(t testing.TB, node string, tune func(*publisher.Options)) *a
 		}
 		coalesce = d
 	}
-	opts := publisher.Options{SkipNameValidation: true, SecretTTL: time.Second, Coalesce: coalesce}
+	opts := agentapp.Options{
+		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry,
+		Publisher: publisher.Options{SkipNameValidation: true, SecretTTL: time.Second, Coalesce: coalesce},
+	}
 	if tune != nil {
 		tune(&opts)
 	}
-	mgr, err := agentapp.NewManager(cfg, agentapp.Options{
-		NodeName: node, MetricsAddr: "0", HealthAddr: "0", Registry: a.registry, Publisher: opts,
-	})
+	mgr, err := agentapp.NewManager(cfg, opts)
 	if err != nil {
 		t.Fatalf("creating the agent of %s: %v", node, err)
 	}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/swh-dev/swh/agent/publisher"
+	agentapp "github.com/swh-dev/swh/agent/app"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/endpoints"
 	"github.com/swh-dev/swh/test/harness"
@@ -48,6 +48,8 @@ func BenchmarkAgentReaction(b *testing.B) {
 	ctx := context.Background()
 	for range b.N {
 		ns := controlPlane.TestNamespace(b)
+		// The load is published by the first agent: it starts first.
+		a := startAgentWith(b, nodeA, func(o *agentapp.Options) { o.Publisher.CoalesceWholeWindow = true })
 		loadStart := time.Now()
 		startLoad(ctx, b, ns, load)
 		loadTook := time.Since(loadStart)
@@ -66,8 +68,8 @@ func BenchmarkAgentReaction(b *testing.B) {
 			mode := "the write waits out the window (--coalesce-whole-window)"
 			if !whole {
 				mode = "the write follows the round's last result (the default)"
+				a = startAgentWith(b, nodeA, nil)
 			}
-			a := startAgentWith(b, nodeA, func(o *publisher.Options) { o.CoalesceWholeWindow = whole })
 			fromVerdict, massWrites := reactionTrials(ctx, b, a, ns, backends, trials, period, mode, load, loadTook)
 			a.Stop()
 			if !whole {
