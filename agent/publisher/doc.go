@@ -14,7 +14,8 @@
 // table of targets.go, started from what is published: startstate.go, at
 // the resource's phase: phase.go); turn the targets' state into verdicts
 // and causes per pod and port (verdicts.go); keep replicas that only lag
-// under a port's floor (lagfloor.go); hold the exclusive ports'
+// under a port's floor (lagfloor.go); publish, on a port below its
+// floor, what its mode says (portfloor.go); hold the exclusive ports'
 // Leases, one pod of the cluster passing each (exclusive.go); build, annotate (reasons.go),
 // plan and write the slices (publish.go); emit the events the stages
 // returned (events.go; what changed on the slices is news: news.go); sync

@@ -123,25 +123,12 @@ func (p *Publisher) lagOnly(view *resourceView, v endpoints.PodVerdicts, i int, 
 }
 
 // otherNodesPassing counts the pods other nodes publish ready on port,
-// read from the API server, but those they keep despite their lag.
+// read from the API server, but those a floor keeps despite their probes
+// (their lag, or a port's floor: swhv1alpha1.KeptByFloor).
 func (p *Publisher) otherNodesPassing(ctx context.Context, view *resourceView, port string) (int, error) {
 	list, err := p.allSlices(ctx, view.key)
 	if err != nil {
 		return 0, err
 	}
-	kept := map[string]bool{}
-	for pod, r := range reasonsByPort(list.Items)[port] {
-		if r.Reason == swhv1alpha1.ReasonReplicationLagKept {
-			kept[pod] = true
-		}
-	}
-	published, _ := endpoints.Read(list.Items, endpoints.Options{}) // valid options: no error
-	n := 0
-	for _, e := range published {
-		if e.Port != port || e.Node == p.nodeName || !e.Ready || e.Pod == nil || kept[e.Pod.Name] {
-			continue
-		}
-		n++
-	}
-	return n, nil
+	return otherNodesCount(list.Items, port, p.nodeName).passing, nil
 }

@@ -83,6 +83,7 @@ func (p *Publisher) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 	evs := p.tlsConflictEvents(view.swh)
 	verdicts, why := p.verdicts(view)
 	lookAgain := p.lagFloor(ctx, view, verdicts, why)
+	lookAgain = sooner(lookAgain, p.portFloor(ctx, view, verdicts, why))
 	held := p.exclusive(ctx, view, verdicts, why)
 	if lookAgain > 0 && (held.requeue == 0 || lookAgain < held.requeue) {
 		held.requeue = lookAgain

@@ -14,7 +14,10 @@ import (
 // it, so each of those probes passed. A probe with no such port starts
 // failed, as kubelet starts readiness. Serving, not ready, is the verdict:
 // a terminating pod is published not ready while it passes, and with
-// publishNotReadyAddresses every pod is published ready.
+// publishNotReadyAddresses every pod is published ready. An endpoint a
+// port's floor keeps (floor-open, floor-frozen, floor-held) did not pass:
+// it starts failed, and the floor decides again whether it stays
+// (portfloor.go).
 
 // servingPorts maps each pod to the ports (by name) it is published on, and
 // whether it serves there. own are the agent's slices of the resource (one
@@ -23,6 +26,7 @@ import (
 // publishes nothing for that pod and port yet.
 func servingPorts(own, adopted []discoveryv1.EndpointSlice) map[types.UID]map[string]bool {
 	out := map[types.UID]map[string]bool{}
+	reasons := reasonsByPort(own)
 	// The default options are valid: no error.
 	published, _ := endpoints.Read(own, endpoints.Options{})
 	for _, p := range published {
@@ -33,7 +37,7 @@ func servingPorts(own, adopted []discoveryv1.EndpointSlice) map[types.UID]map[st
 			out[p.Pod.UID] = map[string]bool{}
 		}
 		serving, seen := out[p.Pod.UID][p.Port]
-		out[p.Pod.UID][p.Port] = p.Serving && (serving || !seen)
+		out[p.Pod.UID][p.Port] = p.Serving && (serving || !seen) && !keptByPortFloor(reasons[p.Port][p.Pod.Name])
 	}
 	for uid, ports := range builtinServing(adopted) {
 		if out[uid] == nil {

@@ -20,3 +20,17 @@ const (
 	// ReasonCheckerSuspected (True): see ConditionFailingStatic.
 	ReasonCheckerSuspected = "CheckerSuspected"
 )
+
+// Condition FloorEngaged and its reason. The controller sets it only
+// while it is True, and removes it when no port is below its floor.
+const (
+	// ConditionFloorEngaged is True while some port whose floor is Open
+	// or Freeze (spec.ports[].floor) has fewer passing pods than its
+	// minPassing across the cluster, and the agents keep pods published
+	// ready on it despite their probes (endpoint reasons ReasonFloorOpen,
+	// ReasonFloorFrozen); the message names the ports, their mode and
+	// how many pods are kept.
+	ConditionFloorEngaged = "FloorEngaged"
+	// ReasonBelowMinPassing (True): see ConditionFloorEngaged.
+	ReasonBelowMinPassing = "BelowMinPassing"
+)

@@ -114,6 +114,21 @@ const (
 	// probe cannot run, every pod of the node fails it the same way, or
 	// every probe of the node gets no answer); the message says which.
 	ReasonFailStatic = "fail-static"
+	// ReasonFloorOpen: the pod is published ready on the port, passing or
+	// not, because the port's floor (spec.ports[].floor) is Open and fewer
+	// pods than its minPassing pass the port across the cluster.
+	ReasonFloorOpen = "floor-open"
+	// ReasonFloorFrozen: the pod fails the port and stays published ready
+	// because the port's floor is Freeze and fewer pods than its
+	// minPassing pass the port across the cluster: the pods published
+	// ready when it went below stay.
+	ReasonFloorFrozen = "floor-frozen"
+	// ReasonFloorHeld: the pod fails the port, whose floor is Open or
+	// Freeze, and stays published ready a moment (the probes' timeout and
+	// a second at most) while the agents count the pods that pass it
+	// across the cluster: pods of two nodes failing together must not
+	// each count the other's as passing.
+	ReasonFloorHeld = "floor-held"
 )
 
 // Reasons of the events the eviction guard records on a resource.

@@ -25,6 +25,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.disruptionBudget) || !has(self.disruptionBudget.ports) || self.disruptionBudget.ports.all(n, self.ports.exists(p, has(p.name) && p.name == n))",message="spec.disruptionBudget.ports[] must name ports of spec.ports",fieldPath=.disruptionBudget.ports
 // +kubebuilder:validation:XValidation:rule="!has(self.exclusive) || !has(self.exclusive.ports) || self.exclusive.ports.all(n, self.ports.exists(p, has(p.name) && p.name == n))",message="spec.exclusive.ports[] must name ports of spec.ports",fieldPath=.exclusive.ports
 // +kubebuilder:validation:XValidation:rule="!has(self.exclusive) || !has(self.publishNotReadyAddresses) || !self.publishNotReadyAddresses",message="spec.exclusive cannot be set with spec.publishNotReadyAddresses, which publishes every pod ready",fieldPath=.exclusive
+// +kubebuilder:validation:XValidation:rule="!has(self.exclusive) || self.ports.all(p, !has(p.floor) || !has(p.floor.below) || p.floor.below == 'Closed' || (has(self.exclusive.ports) && self.exclusive.ports.size() > 0 && !(has(p.name) && p.name in self.exclusive.ports)))",message="spec.ports[].floor.below must be Closed on an exclusive port (spec.exclusive): Open would publish several pods ready, Freeze would keep a primary that may be gone and block the failover",fieldPath=.ports
 // +kubebuilder:validation:XValidation:rule="!has(self.clusterIPs) || self.clusterIPs.size() == 0 || !has(self.clusterIP) || self.clusterIPs[0] == self.clusterIP",message="spec.clusterIPs[0] must equal spec.clusterIP",fieldPath=.clusterIPs
 type ServiceWithHealthchecksSpec struct {
 	// Ports are the ports the Service exposes. Each one gets its own
@@ -217,4 +218,11 @@ type ServicePort struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=65535
 	NodePort int32 `json:"nodePort,omitempty"`
+
+	// Floor, when set, says what the port publishes while fewer pods than
+	// its minimum pass it across the cluster: the pods that pass (Closed),
+	// every pod (Open) or the last set published (Freeze). Not part of
+	// the child Service's port.
+	// +optional
+	Floor *PortFloor `json:"floor,omitempty"`
 }

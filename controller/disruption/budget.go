@@ -167,8 +167,8 @@ type endpointKey struct {
 
 // verdicts says, for each pod, port and node, whether every endpoint that
 // node's agent publishes for the pod there passes: serving (the probes'
-// verdict, which publishNotReadyAddresses leaves alone, unlike ready) and
-// not terminating. An endpoint counts only in a slice labelled as its own
+// verdict, which publishNotReadyAddresses leaves alone, unlike ready), not
+// terminating, and not kept by a floor (floorKept). An endpoint counts only in a slice labelled as its own
 // node's (the admission policy lets an agent write only those, with its own
 // nodeName), and podProblem reads only the pod's own node's: another node's
 // agent can name any pod in its slices, and must neither vouch for nor veto
@@ -179,11 +179,12 @@ func verdicts(slices []discoveryv1.EndpointSlice) map[endpointKey]bool {
 	// labelled for, and combines a pod's entries (one per family): the
 	// default options are valid, so it returns no error.
 	published, _ := endpoints.Read(slices, endpoints.Options{})
+	kept := floorKept(slices)
 	for _, p := range published {
 		if p.Pod == nil || p.Pod.Kind != "Pod" {
 			continue
 		}
-		passing := p.Available()
+		passing := p.Available() && !keptByFloor(kept, p)
 		k := endpointKey{port: p.Port, pod: p.Pod.UID, node: p.Node}
 		if prev, seen := out[k]; seen {
 			passing = passing && prev

@@ -38,6 +38,10 @@ type PortStatus struct {
 	// none).
 	Exclusive bool   `json:"exclusive,omitempty"`
 	Holder    string `json:"holder,omitempty"`
+	// Kept counts the ready endpoints (in Ready) that fail their probes
+	// and are kept published: by fail static, a lag floor or the port's
+	// floor (their reason says which).
+	Kept int `json:"kept,omitempty"`
 }
 
 // EndpointStatus is one pod on one port, as published.
@@ -50,8 +54,9 @@ type EndpointStatus struct {
 	Ready       bool `json:"ready"`
 	Serving     bool `json:"serving"`
 	Terminating bool `json:"terminating"`
-	// Reason says why the pod is not ready (or not published); nil when it
-	// is ready.
+	// Reason says why the pod is not ready (or not published), or why it
+	// is ready although its probes fail (fail-static, floor-open, …); nil
+	// when it is ready and passes.
 	Reason *Reason `json:"reason,omitempty"`
 	// Stale is set when the node's agent is not running: the conditions
 	// are what it last published.
@@ -127,6 +132,9 @@ func BuildStatus(s *Snapshot) Status {
 			ep.Stale = ep.Published && agentDown(nodes[pod.Spec.NodeName].AgentState)
 			if s.receives(ep) {
 				ps.Ready++
+				if ep.Reason != nil && keptDespiteProbes(ep.Reason.Reason) {
+					ps.Kept++
+				}
 			} else {
 				readyEverywhere[pod.Name] = false
 			}
@@ -162,6 +170,12 @@ func (s *Snapshot) receives(ep EndpointStatus) bool {
 	return ep.Ready
 }
 
+// keptDespiteProbes reports whether a ready endpoint's reason says it
+// fails its probes and is kept published.
+func keptDespiteProbes(reason string) bool {
+	return reason == swhv1alpha1.ReasonFailStatic || swhv1alpha1.KeptByFloor(reason)
+}
+
 func agentDown(state string) bool { return state == agentNotReady || state == agentAbsent }
 
 func summary(st *Status) string {
@@ -169,7 +183,11 @@ func summary(st *Status) string {
 	fmt.Fprintf(&b, "%s/%s: %d of %d pods ready on every port", st.Namespace, st.Name, st.ReadyPods, st.Pods)
 	var ports []string
 	for _, p := range st.Ports {
-		ports = append(ports, fmt.Sprintf("%s %d/%d", portLabel(p.Name, p.Port), p.Ready, len(p.Endpoints)))
+		port := fmt.Sprintf("%s %d/%d", portLabel(p.Name, p.Port), p.Ready, len(p.Endpoints))
+		if p.Kept > 0 {
+			port += fmt.Sprintf(" with %d kept despite their probes", p.Kept)
+		}
+		ports = append(ports, port)
 	}
 	if len(ports) > 0 {
 		fmt.Fprintf(&b, " (%s)", strings.Join(ports, ", "))

@@ -76,6 +76,9 @@ func TestBuildStatus(t *testing.T) {
 				return sl
 			}()},
 			[]corev1.Pod{readyAgent}, nil, "ready", "", 1, "1 of 1 pods ready"},
+		{"ready, kept by the port's floor: counted, and said so", false, []discoveryv1.EndpointSlice{testSlice("IPv4", ours, "web-a", "uid-a", true, true,
+			map[string]string{swhv1alpha1.AnnotationEndpointReasons: `{"web-a":{"reason":"floor-open","message":"the port's floor is open: 0 of 1 pods pass","since":"2026-12-03T12:00:00Z"}}`})},
+			[]corev1.Pod{readyAgent}, nil, "ready", swhv1alpha1.ReasonFloorOpen, 1, "1 of 1 pods ready on every port (port web 1/1 with 1 kept despite their probes)"},
 		{"publishNotReadyAddresses: counted when serving", true, []discoveryv1.EndpointSlice{testSlice("IPv4", ours, "web-a", "uid-a", true, false, failing)},
 			[]corev1.Pod{readyAgent}, nil, "ready,not serving", "timeout", 0, "counted as ready are the pods serving"},
 		{"no agent on the node: stale", false, []discoveryv1.EndpointSlice{testSlice("IPv4", ours, "web-a", "uid-a", true, true, nil)},

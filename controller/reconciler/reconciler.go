@@ -124,7 +124,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	r.eventOnTransition(swh, cond)
-	res, err := r.writeStatus(ctx, swh, withFailStatic(withExclusive(computeStatus(swh, svc, published, cond), swh, leases, published), swh, published))
+	status := withFailStatic(withExclusive(computeStatus(swh, svc, published, cond), swh, leases, published), swh, published)
+	res, err := r.writeStatus(ctx, swh, withFloor(status, swh, published))
 	if err == nil && res.RequeueAfter == 0 {
 		res.RequeueAfter = requeue
 	}

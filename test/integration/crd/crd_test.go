@@ -77,7 +77,7 @@ apiVersion: network.swh.dev/v1alpha1
 kind: ServiceWithHealthchecks
 metadata: {name: defaults}
 spec:
-  ports: [{port: 80}]
+  ports: [{port: 80, floor: {minPassing: 1}}]
   selector: {app: x}
   healthcheck:
     probes:
@@ -102,6 +102,7 @@ spec:
 		{"spec.type", string(got.Spec.Type), "ClusterIP"},
 		{"spec.sessionAffinity", string(got.Spec.SessionAffinity), "None"},
 		{"spec.ports[0].protocol", string(got.Spec.Ports[0].Protocol), "TCP"},
+		{"spec.ports[0].floor.below", string(got.Spec.Ports[0].Floor.Below), "Closed"},
 		{"spec.healthcheck.initialDelaySeconds", hc.InitialDelaySeconds, int32(10)},
 		{"spec.healthcheck.periodSeconds", hc.PeriodSeconds, int32(10)},
 		{"probes[0].timeoutSeconds", hc.Probes[0].TimeoutSeconds, int32(1)},

@@ -50,6 +50,8 @@ var invalidCases = []invalidCase{
 	{name: "fast period longer than the period", spec: okPorts + "healthcheck: {periodSeconds: 5, fastPeriodSeconds: 6}\n", field: "spec.healthcheck.fastPeriodSeconds", message: "must not exceed spec.healthcheck.periodSeconds"},
 	{name: "fast period zero", spec: okPorts + "healthcheck: {fastPeriodSeconds: 0}\n", field: "spec.healthcheck.fastPeriodSeconds"},
 	{name: "down period shorter than the period", spec: okPorts + "healthcheck: {periodSeconds: 10, downPeriodSeconds: 5}\n", field: "spec.healthcheck.downPeriodSeconds", message: "must not be below spec.healthcheck.periodSeconds"},
+	{name: "flap damping cap below its base", spec: okPorts + "healthcheck: {flapDamping: {baseEjectionSeconds: 60, maxEjectionSeconds: 30}}\n", field: "spec.healthcheck.flapDamping.maxEjectionSeconds", message: "must not be below baseEjectionSeconds"},
+	{name: "flap damping base zero", spec: okPorts + "healthcheck: {flapDamping: {baseEjectionSeconds: 0}}\n", field: "spec.healthcheck.flapDamping.baseEjectionSeconds"},
 	{name: "down period too long", spec: okPorts + "healthcheck: {downPeriodSeconds: 3601}\n", field: "spec.healthcheck.downPeriodSeconds"},
 	{name: "negative initialDelaySeconds", spec: okPorts + "healthcheck: {initialDelaySeconds: -5}\n", field: "spec.healthcheck.initialDelaySeconds"},
 	{name: "unknown mode", spec: probeOpen + "mode: ICMP\n", field: "spec.healthcheck.probes[0].mode"},
@@ -120,4 +122,14 @@ var invalidCases = []invalidCase{
 	{name: "exclusive lease too short", spec: okPorts + "exclusive: {leaseDurationSeconds: 1}\n", field: "spec.exclusive.leaseDurationSeconds"},
 	{name: "unknown unhealthyPodEvictionPolicy", spec: okPorts + "disruptionBudget: {maxUnavailable: 1, unhealthyPodEvictionPolicy: Never}\n", field: "spec.disruptionBudget.unhealthyPodEvictionPolicy"},
 	{name: "unknown readiness gate mode", spec: okPorts + "readinessGate: {mode: Sometimes}\n", field: "spec.readinessGate.mode"},
+
+	// A port's floor.
+	{name: "floor minPassing zero", spec: "ports: [{port: 80, floor: {minPassing: 0}}]\nselector: {app: x}\n", field: "spec.ports[0].floor.minPassing", message: "from 1"},
+	{name: "floor minPassing 0%", spec: "ports: [{port: 80, floor: {minPassing: \"0%\"}}]\nselector: {app: x}\n", field: "spec.ports[0].floor.minPassing", message: "from 1% to 100%"},
+	{name: "floor minPassing above 100%", spec: "ports: [{port: 80, floor: {minPassing: \"150%\"}}]\nselector: {app: x}\n", field: "spec.ports[0].floor.minPassing", message: "from 1% to 100%"},
+	{name: "floor minPassing not a percentage", spec: "ports: [{port: 80, floor: {minPassing: half}}]\nselector: {app: x}\n", field: "spec.ports[0].floor.minPassing"},
+	{name: "floor without minPassing", spec: "ports: [{port: 80, floor: {below: Open}}]\nselector: {app: x}\n", field: "spec.ports[0].floor.minPassing"},
+	{name: "floor with an unknown mode", spec: "ports: [{port: 80, floor: {minPassing: 1, below: Panic}}]\nselector: {app: x}\n", field: "spec.ports[0].floor.below"},
+	{name: "floor Open on an exclusive port", spec: "ports: [{name: write, port: 5432, floor: {minPassing: 1, below: Open}}]\nselector: {app: x}\nexclusive: {}\n", field: "spec.ports", message: "must be Closed on an exclusive port"},
+	{name: "floor Freeze on a port spec.exclusive names", spec: "ports: [{name: read, port: 5433}, {name: write, port: 5432, floor: {minPassing: 1, below: Freeze}}]\nselector: {app: x}\nexclusive: {ports: [write]}\n", field: "spec.ports", message: "must be Closed on an exclusive port"},
 }
