@@ -268,7 +268,7 @@ func TestSchedulerSetPaceIdle(t *testing.T) {
 		job.InitialDelay = 1500 * time.Millisecond
 		_ = s.Add("b", job)
 		stop := start(t, s)
-		at := func(d time.Duration) { time.Sleep(t0.Add(d).Sub(time.Now())) }
+		at := func(d time.Duration) { time.Sleep(time.Until(t0.Add(d))) }
 		setPace := func(key string, p Pace) {
 			t.Helper()
 			if !s.SetPace(key, p) {
