@@ -36,6 +36,10 @@ type Options struct {
 	NodeName string
 	// MetricsAddr serves /metrics; "0" disables it.
 	MetricsAddr string
+	// ServeHistory serves the targets' history on the metrics address
+	// (publisher.HistoryPath), for kubectl swh history: pod names and
+	// probe reasons of every namespace, to whoever reaches that port.
+	ServeHistory bool
 	// HealthAddr serves /healthz and /readyz; "0" disables it.
 	HealthAddr string
 	// Registry receives the metrics; controller-runtime's registry when nil.
@@ -106,7 +110,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := p.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the publisher: %w", err)
 	}
-	if opts.MetricsAddr != "0" {
+	if opts.ServeHistory && opts.MetricsAddr != "0" {
 		if err := mgr.AddMetricsServerExtraHandler(publisher.HistoryPath, p.HistoryHandler()); err != nil {
 			return nil, fmt.Errorf("serving the targets' history: %w", err)
 		}

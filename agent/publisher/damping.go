@@ -49,19 +49,36 @@ type flapState struct {
 	ejections    int
 	until        time.Time
 	passingSince time.Time
+	// hidden is set while the target passes and its ejection is not
+	// over: it stays published as failing until then.
+	hidden bool
 }
 
 // damp applies the damping to a result after which the published verdict
 // flips (flipped) to the tracker's state, and returns whether it still
-// does: a target passing again before its ejection ends stays out, its
-// successes forgotten (o.damped), and its reason stays the failure's (no
-// write: the start state is no news). The table's lock is held.
-func (t *target) damp(flipped bool, now time.Time, o *observation) bool {
+// does. A target passing again before its ejection ends stays out
+// (hidden; o.damped) unless no other pod of the node passes its probe:
+// damping must not keep a port empty. Its tracker goes on counting, so
+// it is published at the end of the ejection (verdicts read it through
+// published) with successThreshold counted as usual; its endpoint keeps
+// the reason of its last failure meanwhile (no write: the start state is
+// no news). s.mu is held.
+func (s *targetTable) damp(key targetKey, t *target, flipped bool, now time.Time, o *observation) bool {
 	d, f := t.damping, &t.flaps
-	if d == nil || !flipped {
+	switch {
+	case d == nil:
 		return flipped
-	}
-	if !t.tracker.Healthy() {
+	case f.hidden && !flipped && !now.Before(f.until):
+		// Its ejection is over and it still passes: published.
+		f.hidden, f.passingSince = false, now
+		return true
+	case !flipped:
+		return false
+	case !t.tracker.Healthy() && f.hidden:
+		// It failed again before it was published: the same withdrawal.
+		f.hidden = false
+		return false
+	case !t.tracker.Healthy():
 		if !f.passingSince.IsZero() && now.Sub(f.passingSince) >= d.stable {
 			f.ejections = 0
 		}
@@ -69,12 +86,46 @@ func (t *target) damp(flipped bool, now time.Time, o *observation) bool {
 		f.until = now.Add(min(d.base*time.Duration(f.ejections), d.max))
 		f.passingSince = time.Time{}
 		return true
-	}
-	if now.Before(f.until) {
-		t.tracker.Reset(false)
-		o.damped = true
+	case now.Before(f.until) && s.othersPassing(key):
+		f.hidden = true
+		o.damped, o.dampedUntil = true, f.until
 		return false
 	}
 	f.passingSince = now
 	return true
+}
+
+// published reports whether a target's verdict is published passing:
+// healthy and not hidden by its ejection (ending the hiding once the
+// ejection is over). s.mu is held.
+func (t *target) published(now time.Time) bool {
+	f := &t.flaps
+	if f.hidden && !now.Before(f.until) {
+		f.hidden, f.passingSince = false, now
+	}
+	return t.tracker.Healthy() && !f.hidden
+}
+
+// othersPassing reports whether another pod of the node passes the probe
+// of key. s.mu is held.
+func (s *targetTable) othersPassing(key targetKey) bool {
+	for k, t := range s.targets {
+		if k.Resource == key.Resource && k.Probe == key.Probe && k.Pod != key.Pod && t.tracker.Healthy() && !t.flaps.hidden {
+			return true
+		}
+	}
+	return false
+}
+
+// setDamping updates a running target's flap damping in place: a change
+// of it keeps the target's run of flaps.
+func (s *targetTable) setDamping(key targetKey, d *damping) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.targets[key]; ok {
+		t.damping = d
+		if d == nil {
+			t.flaps = flapState{}
+		}
+	}
 }

@@ -16,21 +16,28 @@ import (
 func flapWrites(t *testing.T, d *damping, hours int) []int {
 	t.Helper()
 	key := targetKey{Resource: types.NamespacedName{Namespace: "ns", Name: "web"}, Pod: "a"}
-	table := newTargetTable()
+	table := newTargetTable(false)
 	tr, err := probes.NewTracker(probes.TrackerConfig{FailureThreshold: 3, SuccessThreshold: 1, InitialHealthy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Unix(0, 0)
-	table.put(key, &target{tracker: tr, damping: d, flaps: flapState{passingSince: t0}, passedOnce: true, window: 31 * time.Second})
+	table.put(key, &target{tracker: tr, damping: d, flaps: flapState{passingSince: t0}, passedOnce: true, window: 31 * time.Second, pod: "a"})
+	addSteadyPod(t, table, key, d, t0)
 	writes := make([]int, hours)
+	published := true
 	for at := time.Duration(0); at < time.Duration(hours)*time.Hour; at += 10 * time.Second {
 		res := probes.Result{Status: probes.Failure, Reason: probes.ReasonHTTPStatus}
 		if at%(40*time.Second) >= 30*time.Second {
 			res = probes.Result{Status: probes.Success, Reason: probes.ReasonOK}
 		}
 		now := t0.Add(at)
-		if o, _ := table.observe(key, res, now, now, now); o.flipped {
+		table.clock = func() time.Time { return now }
+		table.observe(key, res, now, now, now)
+		// What a reconcile then publishes (one at the end of an
+		// ejection too, whose write lands in the same hour).
+		if p := table.healthy(key); p != published {
+			published = p
 			writes[at/time.Hour]++
 		}
 	}
@@ -63,16 +70,18 @@ func TestFlapDampingWrites(t *testing.T) {
 func TestFlapDamping(t *testing.T) {
 	d := &damping{base: 10 * time.Second, max: 25 * time.Second, stable: time.Minute}
 	key := targetKey{Resource: types.NamespacedName{Namespace: "ns", Name: "web"}, Pod: "a"}
-	table := newTargetTable()
+	table := newTargetTable(false)
 	tr, err := probes.NewTracker(probes.TrackerConfig{FailureThreshold: 1, SuccessThreshold: 1, InitialHealthy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Unix(0, 0)
-	table.put(key, &target{tracker: tr, damping: d, flaps: flapState{passingSince: t0}})
+	table.put(key, &target{tracker: tr, damping: d, flaps: flapState{passingSince: t0}, pod: "a"})
+	addSteadyPod(t, table, key, d, t0)
 	fail := probes.Result{Status: probes.Failure, Reason: probes.ReasonRefused}
 	ok := probes.Result{Status: probes.Success, Reason: probes.ReasonOK}
 	at := t0
+	table.clock = func() time.Time { return at }
 	step := func(res probes.Result, after time.Duration) bool {
 		at = at.Add(after)
 		table.observe(key, res, at, at, at)
@@ -103,12 +112,47 @@ func TestFlapDamping(t *testing.T) {
 		t.Errorf("after a stable minute: out %s, want 10s", out+time.Second)
 	}
 	h := table.history(key.Resource)
-	if len(h) != 1 || len(h[0].Transitions) != historyLen {
-		t.Fatalf("history %+v, want the last %d transitions of one target", h, historyLen)
+	if len(h) != 2 || h[0].Pod != "a" || len(h[0].Transitions) != historyLen {
+		t.Fatalf("history %+v, want the last %d transitions of pod a", h, historyLen)
 	}
 	last := h[0].Transitions[historyLen-1]
 	if last.Event != swhv1alpha1.TransitionPublished || h[0].Transitions[historyLen-2].Event != swhv1alpha1.TransitionDamped ||
 		h[0].Transitions[historyLen-3].Event != swhv1alpha1.TransitionWithdrawn || h[0].Transitions[historyLen-3].Reason != "refused" {
 		t.Errorf("history ends %+v", h[0].Transitions[historyLen-3:])
+	}
+}
+
+// addSteadyPod adds a pod b passing the same probe on the node: damping
+// never keeps a port without a passing pod.
+func addSteadyPod(t *testing.T, table *targetTable, of targetKey, d *damping, t0 time.Time) {
+	t.Helper()
+	tr, err := probes.NewTracker(probes.TrackerConfig{InitialHealthy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := of
+	b.Pod = "b"
+	table.put(b, &target{tracker: tr, damping: d, flaps: flapState{passingSince: t0}, pod: "b"})
+}
+
+// TestFlapDampingKeepsAPodIn: the only pod of a probe on the node is
+// published as soon as it passes again: damping keeps no port empty.
+func TestFlapDampingKeepsAPodIn(t *testing.T) {
+	key := targetKey{Resource: types.NamespacedName{Namespace: "ns", Name: "web"}, Pod: "a"}
+	table := newTargetTable(false)
+	tr, err := probes.NewTracker(probes.TrackerConfig{FailureThreshold: 1, InitialHealthy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Unix(0, 0)
+	table.put(key, &target{tracker: tr, damping: &damping{base: time.Minute, max: time.Hour, stable: time.Hour}, flaps: flapState{passingSince: t0}})
+	at := t0
+	table.clock = func() time.Time { return at }
+	for _, r := range []probes.Result{{Status: probes.Failure, Reason: probes.ReasonRefused}, {Status: probes.Success, Reason: probes.ReasonOK}} {
+		at = at.Add(time.Second)
+		table.observe(key, r, at, at, at)
+	}
+	if !table.healthy(key) {
+		t.Error("the only pod of the probe was kept out by damping")
 	}
 }

@@ -480,6 +480,22 @@ func (p *Publisher) free(ctx context.Context, l *coordinationv1.Lease) error {
 // allSlices reads every node's agent slices of a resource from the API
 // server: the cache holds only the node's own, and a decision about the
 // other nodes' endpoints must not rest on a stale copy.
+// countedSlices is allSlices as the API server's watch cache has them
+// (resourceVersion "0"): for the floors' counts, which tolerate a few
+// milliseconds of lag (the marks settle races) and run every period while
+// a floor is engaged, on every node, where a quorum read each would cost
+// etcd as much.
+func (p *Publisher) countedSlices(ctx context.Context, resource types.NamespacedName) (*discoveryv1.EndpointSliceList, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := p.reader.List(ctx, list, client.InNamespace(resource.Namespace), client.MatchingLabels{
+		discoveryv1.LabelServiceName: resource.Name,
+		discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
+	}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}); err != nil {
+		return nil, fmt.Errorf("listing the slices of %s: %w", resource, err)
+	}
+	return list, nil
+}
+
 func (p *Publisher) allSlices(ctx context.Context, resource types.NamespacedName) (*discoveryv1.EndpointSliceList, error) {
 	list := &discoveryv1.EndpointSliceList{}
 	if err := p.reader.List(ctx, list, client.InNamespace(resource.Namespace), client.MatchingLabels{

@@ -205,7 +205,7 @@ func (s *targetTable) join(key targetKey, t *target, h *hold) {
 // held.
 func (s *targetTable) holdFor(key targetKey, t *target, reason probes.Reason) *hold {
 	kind := suspicionOf(reason)
-	if kind == notChecker {
+	if kind == notChecker || s.failClosed {
 		return nil
 	}
 	scope := scopeOf(key, kind)

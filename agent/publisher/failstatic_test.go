@@ -134,7 +134,7 @@ func TestFailStatic(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			table := newTargetTable()
+			table := newTargetTable(false)
 			names := tc.only
 			if len(names) == 0 {
 				names = []string{"db-a", "db-b", "web-c", "web-d"}
@@ -196,7 +196,7 @@ func TestFailStaticEvidence(t *testing.T) {
 		{name: "x never passed", xPassed: false, xSince: 19 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			table := newTargetTable()
+			table := newTargetTable(false)
 			for _, k := range []targetKey{x, y} {
 				tr, err := probes.NewTracker(probes.TrackerConfig{FailureThreshold: 2, InitialHealthy: k == y || tc.xPassed})
 				if err != nil {
@@ -225,7 +225,7 @@ func TestFailStaticEvidence(t *testing.T) {
 func TestFailStaticInFlightAtRelease(t *testing.T) {
 	res := types.NamespacedName{Namespace: "ns", Name: "web"}
 	a, b := targetKey{Resource: res, Pod: "a"}, targetKey{Resource: res, Pod: "b"}
-	table := newTargetTable()
+	table := newTargetTable(false)
 	for _, k := range []targetKey{a, b} {
 		tr, err := probes.NewTracker(probes.TrackerConfig{FailureThreshold: 2, InitialHealthy: true})
 		if err != nil {

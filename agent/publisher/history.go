@@ -44,7 +44,7 @@ func (h *transitions) note(t *target, o observation, now time.Time) {
 		return
 	}
 	e.At = now.UTC()
-	e.Reason, e.Message = string(t.last.Reason), swhv1alpha1.TruncateReasonMessage(t.last.Message)
+	e.Reason = string(t.last.Reason)
 	if t.damping != nil && e.Event != swhv1alpha1.TransitionPublished {
 		e.Ejections = t.flaps.ejections
 		if t.flaps.until.After(now) {
@@ -69,7 +69,7 @@ func (s *targetTable) history(resource types.NamespacedName) []swhv1alpha1.Targe
 		if k.Resource != resource {
 			continue
 		}
-		h := swhv1alpha1.TargetHistory{Pod: t.pod, Probe: int32(k.Probe), Passing: t.tracker.Healthy() || t.heldBy != nil && t.kept,
+		h := swhv1alpha1.TargetHistory{Pod: t.pod, Probe: int32(k.Probe), Passing: t.published(s.clock()) || t.heldBy != nil && t.kept,
 			Transitions: append([]swhv1alpha1.TargetTransition(nil), t.history...)}
 		if t.damping != nil {
 			h.Ejections = t.flaps.ejections
@@ -91,13 +91,23 @@ const HistoryPath = "/history"
 
 // HistoryHandler serves, for GET ?namespace=NS&name=NAME, what the node's
 // targets of that resource remember (a JSON list of TargetHistory).
-// kubectl swh history reads it through the API server's pod proxy; it
-// holds pod names, probe reasons and messages, as the slices' reasons
-// annotation does.
+// kubectl swh history reads it through the API server's pod proxy. It
+// holds pod names and probe reasons of any namespace, to whoever reaches
+// the metrics port: the agent serves it only with --serve-history.
 func (p *Publisher) HistoryHandler() http.Handler {
+	// One answer at a time: each reads every target of the node under
+	// the table's lock, which the probes' results wait on.
+	busy := make(chan struct{}, 1)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "GET only", http.StatusMethodNotAllowed)
+			return
+		}
+		select {
+		case busy <- struct{}{}:
+			defer func() { <-busy }()
+		default:
+			http.Error(w, "busy: one history at a time", http.StatusTooManyRequests)
 			return
 		}
 		key := types.NamespacedName{Namespace: r.URL.Query().Get("namespace"), Name: r.URL.Query().Get("name")}

@@ -86,7 +86,9 @@ func (p *Publisher) lagFloor(ctx context.Context, view *resourceView, verdicts [
 // readyOn reports whether the node's slices publish pod ready on port.
 func readyOn(published []endpoints.Published, port, pod string) bool {
 	for _, e := range published {
-		if e.Port == port && e.Pod != nil && e.Pod.Name == pod && e.Ready {
+		// Serving, not ready: with publishNotReadyAddresses every
+		// endpoint is ready, and serving is what its probes say.
+		if e.Port == port && e.Pod != nil && e.Pod.Name == pod && e.Serving {
 			return true
 		}
 	}
@@ -126,7 +128,7 @@ func (p *Publisher) lagOnly(view *resourceView, v endpoints.PodVerdicts, i int, 
 // read from the API server, but those a floor keeps despite their probes
 // (their lag, or a port's floor: swhv1alpha1.KeptByFloor).
 func (p *Publisher) otherNodesPassing(ctx context.Context, view *resourceView, port string) (int, error) {
-	list, err := p.allSlices(ctx, view.key)
+	list, err := p.countedSlices(ctx, view.key)
 	if err != nil {
 		return 0, err
 	}

@@ -129,7 +129,9 @@ func ownFloorCount(verdicts []endpoints.PodVerdicts, i int, port string, why not
 			v:        v,
 			wasReady: readyOn(published, port, v.Pod.Name),
 			marked:   ok && swhv1alpha1.KeptByFloor(r.Reason),
-			holding:  ok && r.Reason == swhv1alpha1.ReasonFloorHeld && now.Sub(r.Since.Time) < hold,
+			// Since is kept to the second: a mark made late in one
+			// second holds its whole time all the same.
+			holding:  ok && r.Reason == swhv1alpha1.ReasonFloorHeld && now.Sub(r.Since.Time) < hold+time.Second,
 			unprobed: c.kind == causeStart && c.reason == swhv1alpha1.ReasonPending,
 		})
 	}
@@ -151,7 +153,7 @@ func otherNodesCount(list []discoveryv1.EndpointSlice, port, node string) floorC
 			continue
 		}
 		n.total++
-		if e.Ready && !kept[e.Pod.Name] {
+		if e.Serving && !kept[e.Pod.Name] {
 			n.passing++
 		}
 	}
@@ -185,7 +187,7 @@ func (p *Publisher) portFloor(ctx context.Context, view *resourceView, verdicts 
 		}
 		if !read {
 			read = true
-			list, err := p.allSlices(ctx, view.key)
+			list, err := p.countedSlices(ctx, view.key)
 			if err != nil {
 				othersErr = err
 				log.FromContext(ctx).Error(err, "counting the pods that pass the ports with a floor; the pods published ready stay until it can")

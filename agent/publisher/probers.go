@@ -63,10 +63,9 @@ func specOf(hc *swhv1alpha1.Healthcheck, p *swhv1alpha1.Probe) string {
 	data, _ := json.Marshal(struct {
 		Period, Delay int32
 		Probe         *swhv1alpha1.Probe
-		Fast          *int32                   `json:",omitempty"`
-		Down          *int32                   `json:",omitempty"`
-		Damping       *swhv1alpha1.FlapDamping `json:",omitempty"`
-	}{hc.PeriodSeconds, hc.InitialDelaySeconds, p, hc.FastPeriodSeconds, hc.DownPeriodSeconds, hc.FlapDamping})
+		Fast          *int32 `json:",omitempty"`
+		Down          *int32 `json:",omitempty"`
+	}{hc.PeriodSeconds, hc.InitialDelaySeconds, p, hc.FastPeriodSeconds, hc.DownPeriodSeconds})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:8])
 }

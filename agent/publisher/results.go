@@ -44,6 +44,11 @@ func (p *Publisher) onResult(r probes.Report[targetKey]) {
 	if o.flipped {
 		p.metrics.transition()
 	}
+	if o.damped {
+		// Published at the end of its ejection, if it still passes.
+		key := r.Key.Resource
+		time.AfterFunc(time.Until(o.dampedUntil)+10*time.Millisecond, func() { p.notify(key) })
+	}
 	switch {
 	case o.roundDone:
 		// Every target of the resource reported for this round: no

@@ -14,7 +14,7 @@ import (
 // its problem starts or changes, not at every period, and again when it
 // comes back.
 func TestMisconfiguredOncePerProblem(t *testing.T) {
-	table := newTargetTable()
+	table := newTargetTable(false)
 	key := targetKey{Resource: types.NamespacedName{Namespace: "ns", Name: "db"}, Pod: "u1"}
 	tracker, err := probes.NewTracker(probes.TrackerConfig{SuccessThreshold: 1, FailureThreshold: 1})
 	if err != nil {

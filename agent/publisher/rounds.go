@@ -14,6 +14,13 @@ import (
 // Coalesce) stays the bound, for rounds that never complete: a probe that
 // times out, or targets on other schedules (a fast or down pace).
 
+// roundSpread is how far apart the due times of one round may be: each
+// target's first due time is its phase instant plus the microseconds
+// between computing it and adding it to the scheduler (and the wall
+// clock's drift from the monotonic one since), never near a period
+// (1 s at least) apart.
+const roundSpread = 100 * time.Millisecond
+
 // round counts the results of one due time of a resource's targets.
 type round struct {
 	due      time.Time
@@ -28,7 +35,7 @@ type round struct {
 // in which something changed. s.mu is held.
 func (s *targetTable) countRound(resource types.NamespacedName, due time.Time, changed bool) bool {
 	r := s.rounds[resource]
-	if r == nil || !r.due.Equal(due) {
+	if r == nil || due.Sub(r.due).Abs() > roundSpread {
 		if r != nil && due.Before(r.due) {
 			// A late result of an earlier round (a slow probe): the
 			// window covers it.

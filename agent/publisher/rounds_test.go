@@ -21,6 +21,8 @@ func TestCountRound(t *testing.T) {
 		results []result
 	}{
 		{name: "a flip, then the rest of its round", results: []result{{t0, true, false}, {t0, false, false}, {t0, false, true}}},
+		// Targets added one after the other are due microseconds apart.
+		{name: "due times a little apart", results: []result{{t0.Add(40 * time.Microsecond), false, false}, {t0, true, false}, {t0.Add(3 * time.Millisecond), false, true}}},
 		{name: "the last result flips", results: []result{{t0, false, false}, {t0, false, false}, {t0, true, true}}},
 		{name: "no change: never done", results: []result{{t0, false, false}, {t0, false, false}, {t0, false, false}}},
 		{
@@ -34,7 +36,7 @@ func TestCountRound(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newTargetTable()
+			s := newTargetTable(false)
 			s.perResource[r] = 3
 			for i, res := range tc.results {
 				if got := s.countRound(r, res.due, res.changed); got != res.done {

@@ -32,7 +32,7 @@ func TestStillWithdrawn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := &Publisher{targets: newTargetTable()}
+			p := &Publisher{targets: newTargetTable(false)}
 			p.targets.put(targetKey{Resource: resource, Pod: pod, Probe: 0}, &target{addr: tt.addr})
 			p.told.set(resource, publication{uid: uid, states: tt.states})
 			if got := p.stillWithdrawn(resource, uid, c); got != tt.want {
@@ -40,7 +40,7 @@ func TestStillWithdrawn(t *testing.T) {
 			}
 		})
 	}
-	p := &Publisher{targets: newTargetTable()}
+	p := &Publisher{targets: newTargetTable(false)}
 	if p.stillWithdrawn(resource, uid, c) {
 		t.Error("a resource forgotten (deleted): still withdrawn")
 	}

@@ -39,6 +39,10 @@ type Options struct {
 	// the resource has reported for the round of the change (rounds.go).
 	// Pod and resource changes are not delayed.
 	Coalesce time.Duration
+	// FailClosed withdraws every failing target, as before fail static:
+	// no hold keeps an endpoint whose failures point at the checker
+	// (failstatic.go).
+	FailClosed bool
 	// CoalesceWholeWindow makes verdict changes always wait out Coalesce,
 	// as before rounds ended it: one write per mass failure either way,
 	// later.
@@ -144,7 +148,7 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 		metrics:            deps.Metrics,
 		nodeName:           nodeName,
 		skipNameValidation: opts.SkipNameValidation,
-		targets:            newTargetTable(),
+		targets:            newTargetTable(opts.FailClosed),
 		takenSliceNames:    newTakenNames(),
 		verdictFlips:       &flipQueue{delay: opts.Coalesce, wholeWindow: opts.CoalesceWholeWindow},
 	}

@@ -58,6 +58,10 @@ type target struct {
 // targetTable holds every target of the node. Probe goroutines report into it
 // while reconciles read it, hence the lock.
 type targetTable struct {
+	// failClosed turns fail static off (Options.FailClosed).
+	failClosed bool
+	// clock is time.Now but in tests of the flap damping's times.
+	clock   func() time.Time
 	mu      sync.Mutex
 	targets map[targetKey]*target
 	// changed records, per resource, when a verdict changed first since
@@ -73,8 +77,8 @@ type targetTable struct {
 	rounds      map[types.NamespacedName]*round
 }
 
-func newTargetTable() *targetTable {
-	return &targetTable{targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{},
+func newTargetTable(failClosed bool) *targetTable {
+	return &targetTable{failClosed: failClosed, clock: time.Now, targets: map[targetKey]*target{}, changed: map[types.NamespacedName]time.Time{},
 		lastSuccess: map[holdScope]time.Time{}, holds: map[holdScope]*hold{},
 		perResource: map[types.NamespacedName]int{}, rounds: map[types.NamespacedName]*round{}}
 }
@@ -99,8 +103,9 @@ type observation struct {
 	// resource's results in which something changed (rounds.go).
 	roundDone bool
 	// damped is set when flap damping kept the target out although it
-	// passed (damping.go).
-	damped bool
+	// passed, until dampedUntil (damping.go).
+	damped      bool
+	dampedUntil time.Time
 }
 
 // observe records a result; known is false for a target removed while its
@@ -121,7 +126,7 @@ func (s *targetTable) observe(key targetKey, res probes.Result, due, started, no
 	s.noteResult(key, t, res, now, &o)
 	_, flipped := t.tracker.Observe(res.Status)
 	o.flipped = s.failStatic(key, t, res, started, wasHealthy, flipped, &o)
-	o.flipped = t.damp(o.flipped, now, &o)
+	o.flipped = s.damp(key, t, o.flipped, now, &o)
 	t.history.note(t, o, now)
 	t.passedOnce = t.passedOnce || t.tracker.Healthy()
 	o.roundDone = s.countRound(key.Resource, due, o.flipped || o.held || o.unheld)
@@ -160,6 +165,7 @@ func (s *targetTable) passing(resource types.NamespacedName, pod types.UID, numP
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := probeStates{last: make([]probes.Result, numProbes)}
+	now := s.clock()
 	for i := range numProbes {
 		t, ok := s.targets[targetKey{resource, pod, i}]
 		if !ok {
@@ -167,7 +173,7 @@ func (s *targetTable) passing(resource types.NamespacedName, pod types.UID, numP
 		}
 		st.last[i] = t.last
 		switch {
-		case t.tracker.Healthy():
+		case t.published(now):
 			st.passing = st.passing.With(i)
 		case t.heldBy != nil:
 			st.held = st.held.With(i)
@@ -255,6 +261,7 @@ func (s *targetTable) remove(key targetKey) {
 func (s *targetTable) forgetResource(resource types.NamespacedName) {
 	delete(s.perResource, resource)
 	delete(s.rounds, resource)
+	delete(s.changed, resource)
 	for scope := range s.lastSuccess {
 		if scope.resource == resource {
 			delete(s.lastSuccess, scope)
@@ -279,5 +286,5 @@ func (s *targetTable) healthy(key targetKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, ok := s.targets[key]
-	return ok && (t.tracker.Healthy() || t.heldBy != nil && t.kept)
+	return ok && (t.published(s.clock()) || t.heldBy != nil && t.kept)
 }

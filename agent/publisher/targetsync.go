@@ -55,6 +55,9 @@ func (p *Publisher) syncTargets(set targetSet) error {
 			spec := specOf(swh.Spec.Healthcheck, probe)
 			oldAddr, oldSpec, running := p.targets.get(key)
 			if running && oldAddr == addr && oldSpec == spec {
+				// Flap damping is not part of the spec: a change of it
+				// keeps the target's run of flaps.
+				p.targets.setDamping(key, dampingOf(swh.Spec.Healthcheck))
 				continue
 			}
 			// A new target keeps what is published until a result says

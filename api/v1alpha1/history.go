@@ -24,9 +24,10 @@ type TargetHistory struct {
 type TargetTransition struct {
 	At    time.Time `json:"at"`
 	Event string    `json:"event"`
-	// Reason and Message are those of the result that made it.
-	Reason  string `json:"reason,omitempty"`
-	Message string `json:"message,omitempty"`
+	// Reason is that of the result that made it. (No message: the
+	// history is served to whoever reaches the agent's metrics port,
+	// and a message may quote a server's answer.)
+	Reason string `json:"reason,omitempty"`
 	// Ejections and OutUntil are the flap damping's: the withdrawals of
 	// the run so far, and when the target may be published again.
 	Ejections int        `json:"ejections,omitempty"`

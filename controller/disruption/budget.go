@@ -56,6 +56,10 @@ type Evaluation struct {
 	Expected, Healthy, Desired, Allowed int32
 	// Available holds the UIDs of the pods that count as available.
 	Available map[types.UID]bool
+	// Kept holds the UIDs of pods a floor keeps serving although they do
+	// not pass: not available, yet never evicted as unhealthy (they serve
+	// while the port is short of passing pods).
+	Kept map[types.UID]bool
 	// Unavailable says why each other selected pod does not count, in pod
 	// name order.
 	Unavailable []swhv1alpha1.UnavailablePod
@@ -73,12 +77,13 @@ func Evaluate(in Inputs) Evaluation {
 	budget := in.Resource.Spec.DisruptionBudget
 	ports := budgetPorts(in.Resource)
 	ready := verdicts(in.Slices)
+	kept := keptPods(in.Slices)
 	live := liveReservations(in)
 	reserved := make(map[types.UID]bool, len(live))
 	for _, r := range live {
 		reserved[r.UID] = true
 	}
-	ev := Evaluation{Expected: in.Expected, Available: map[types.UID]bool{}, Reservations: live, Ports: ports}
+	ev := Evaluation{Expected: in.Expected, Available: map[types.UID]bool{}, Kept: kept, Reservations: live, Ports: ports}
 	pods := append([]corev1.Pod(nil), in.Pods...)
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	for i := range pods {

@@ -2,6 +2,7 @@ package disruption
 
 import (
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/endpoints"
@@ -40,4 +41,18 @@ func floorKept(slices []discoveryv1.EndpointSlice) map[floorKey]bool {
 // keptByFloor reports whether p is one of kept.
 func keptByFloor(kept map[floorKey]bool, p endpoints.Published) bool {
 	return p.Pod != nil && kept[floorKey{port: p.Port, node: endpoints.NodeLabelValue(p.Node), pod: p.Pod.Name}]
+}
+
+// keptPods are the pods with an endpoint a floor keeps, on their own
+// node's slices.
+func keptPods(slices []discoveryv1.EndpointSlice) map[types.UID]bool {
+	kept := floorKept(slices)
+	published, _ := endpoints.Read(slices, endpoints.Options{}) // valid options: no error
+	out := map[types.UID]bool{}
+	for _, p := range published {
+		if keptByFloor(kept, p) && p.Pod.UID != "" {
+			out[p.Pod.UID] = true
+		}
+	}
+	return out
 }

@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -45,6 +47,35 @@ func TestFloorKeptIsNotAvailable(t *testing.T) {
 			}
 			if !ev.Available["uid-b-1"] {
 				t.Error("b-1, kept by no floor, is not available")
+			}
+		})
+	}
+}
+
+// TestKeptPodIsNoFreeEviction: a pod a floor keeps serving is not
+// available, yet its eviction takes a disruption like any pod's, never
+// the free eviction of an unhealthy pod, whatever the policy.
+func TestKeptPodIsNoFreeEviction(t *testing.T) {
+	always := policyv1.AlwaysAllow
+	pod := broker("b-0", "n0")
+	for _, tc := range []struct {
+		name    string
+		policy  *policyv1.UnhealthyPodEvictionPolicyType
+		kept    bool
+		allowed int32
+		want    verdict
+	}{
+		{name: "unhealthy, AlwaysAllow", policy: &always, want: verdictUnhealthy},
+		{name: "kept, AlwaysAllow, nothing allowed", policy: &always, kept: true, want: verdictDeny},
+		{name: "kept, IfHealthyBudget met, nothing allowed", kept: true, want: verdictDeny},
+		{name: "kept, one allowed", kept: true, allowed: 1, want: verdictReserve},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			swh := &swhv1alpha1.ServiceWithHealthchecks{Spec: swhv1alpha1.ServiceWithHealthchecksSpec{
+				DisruptionBudget: &swhv1alpha1.DisruptionBudget{MaxUnavailable: ptr.To(intstr.FromInt32(1)), UnhealthyPodEvictionPolicy: tc.policy}}}
+			ev := Evaluation{Healthy: 2, Desired: 2, Allowed: tc.allowed, Available: map[types.UID]bool{}, Kept: map[types.UID]bool{pod.UID: tc.kept}}
+			if got := judge(swh, &pod, ev); got != tc.want {
+				t.Errorf("judge = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -239,7 +239,9 @@ const (
 // PodDisruptionBudget, with availability in place of Ready. ev is counted
 // without the pod's own reservation, if any.
 func judge(swh *swhv1alpha1.ServiceWithHealthchecks, pod *corev1.Pod, ev Evaluation) verdict {
-	if !ev.Available[pod.UID] {
+	// A pod a floor keeps serves because too few pass: evicting it is a
+	// disruption like any, never the free eviction of an unhealthy pod.
+	if !ev.Available[pod.UID] && !ev.Kept[pod.UID] {
 		policy := swh.Spec.DisruptionBudget.UnhealthyPodEvictionPolicy
 		if policy != nil && *policy == policyv1.AlwaysAllow {
 			return verdictUnhealthy

@@ -49,7 +49,8 @@ published passing, its last transitions (withdrawn, published, kept by fail
 static, released, damped) with the result that made them, and, with
 flapDamping, how many times in a row it was withdrawn and until when it stays
 out. Nothing of it is stored in the cluster: an agent that restarts starts
-afresh. It needs get on pods/proxy in the agents' namespace.`,
+afresh. The agents serve it only with --serve-history (chart value
+agent.serveHistory); it needs get on pods/proxy in the agents' namespace.`,
 		Example: `  kubectl swh history web -n shop
   kubectl swh history web web-0 -o json`,
 		Args:              cobra.RangeArgs(1, 2),
@@ -93,6 +94,9 @@ func readHistory(ctx context.Context, cs kubernetes.Interface, s *Snapshot, pod 
 			nodes[p.Spec.NodeName] = true
 		}
 	}
+	if pod != "" && len(nodes) == 0 {
+		r.Errors["-"] = fmt.Sprintf("%s/%s selects no pod %s on a node", r.Namespace, r.Name, pod)
+	}
 	names := make([]string, 0, len(nodes))
 	for n := range nodes {
 		names = append(names, n)
@@ -100,7 +104,11 @@ func readHistory(ctx context.Context, cs kubernetes.Interface, s *Snapshot, pod 
 	sort.Strings(names)
 	for _, node := range names {
 		agent := s.Agents[node]
-		if agent == nil {
+		switch {
+		case s.AgentsError != nil:
+			r.Errors[node] = s.AgentsError.Error()
+			continue
+		case agent == nil:
 			r.Errors[node] = "no agent pod runs on the node"
 			continue
 		}
@@ -184,9 +192,6 @@ func writeHistory(w io.Writer, r HistoryReport, noHeaders bool) error {
 			}
 			if e.OutUntil != nil {
 				text += fmt.Sprintf(", out until %s (ejection %d in a row)", e.OutUntil.Format(time.RFC3339), e.Ejections)
-			}
-			if e.Message != "" {
-				text += ": " + e.Message
 			}
 			fmt.Fprintln(w, text)
 		}

@@ -21,12 +21,12 @@ func TestWriteHistory(t *testing.T) {
 			name: "a damped target and an agent that could not be asked",
 			report: HistoryReport{Namespace: "shop", Name: "web", Targets: []NodeTarget{{Node: "n1", TargetHistory: swhv1alpha1.TargetHistory{
 				Pod: "web-0", Probe: 1, Ejections: 2, Transitions: []swhv1alpha1.TargetTransition{
-					{At: at, Event: swhv1alpha1.TransitionWithdrawn, Reason: "http-status", Message: "HTTP 503", Ejections: 2, OutUntil: &until},
+					{At: at, Event: swhv1alpha1.TransitionWithdrawn, Reason: "http-status", Ejections: 2, OutUntil: &until},
 				}}}}, Errors: map[string]string{"n2": "no agent pod runs on the node"}},
 			want: []string{
 				"POD    PROBE  NODE  PUBLISHED  EJECTIONS",
 				"web-0  1      n1    out        2",
-				"  2026-12-06T20:02:48Z withdrawn (http-status), out until 2026-12-06T20:02:52Z (ejection 2 in a row): HTTP 503",
+				"  2026-12-06T20:02:48Z withdrawn (http-status), out until 2026-12-06T20:02:52Z (ejection 2 in a row)",
 				"node n2: no agent pod runs on the node",
 			},
 		},

@@ -74,7 +74,7 @@ func floorCount(slices []discoveryv1.EndpointSlice, port string) (passing, total
 		}
 		total++
 		switch reason := reasons[e.Pod.Name]; {
-		case !e.Ready:
+		case !e.Serving:
 		case reason == swhv1alpha1.ReasonFloorOpen || reason == swhv1alpha1.ReasonFloorFrozen:
 			kept++
 		case !swhv1alpha1.KeptByFloor(reason):

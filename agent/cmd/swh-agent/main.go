@@ -23,8 +23,10 @@ func main() {
 	fs := flag.NewFlagSet("swh-agent", flag.ExitOnError)
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "exact name of this node's Node object")
 	fs.StringVar(&opts.MetricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	fs.BoolVar(&opts.ServeHistory, "serve-history", false, "serve the targets' last transitions on the metrics address (/history) for kubectl swh history; it tells pod names and probe reasons of every namespace to whoever reaches that port")
 	fs.StringVar(&opts.HealthAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz; 0 disables them")
 	fs.DurationVar(&opts.Publisher.Coalesce, "coalesce", 0, "how long verdict changes wait to be written together at most (default 30ms); the wait ends once every target of the resource has reported for the change's round")
+	failStatic := fs.Bool("fail-static", true, "keep publishing the endpoints that passed when the failures point at the checker rather than the pods (a probe that cannot run, every pod refusing its credentials, every probe of the node timing out); false withdraws every failing target")
 	fs.BoolVar(&opts.Publisher.CoalesceWholeWindow, "coalesce-whole-window", false, "always wait out --coalesce, even when the change's round of results is complete")
 	fs.IntVar(&opts.Publisher.MaxConcurrentProbes, "max-concurrent-probes", 0, "probes in flight at most (default 1024)")
 	fs.IntVar(&opts.Publisher.MaxConcurrentProbesPerNamespace, "max-concurrent-probes-per-namespace", 0, "probes in flight at most for the resources of one namespace (default a quarter of --max-concurrent-probes)")
@@ -36,6 +38,7 @@ func main() {
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	_ = fs.Parse(os.Args[1:])
+	opts.Publisher.FailClosed = !*failStatic
 	if *showVersion {
 		fmt.Println(version.String("swh-agent"))
 		return

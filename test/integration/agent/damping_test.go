@@ -26,7 +26,7 @@ func TestFlapDamping(t *testing.T) {
 	agentNS := namespace(t)
 	ip := harness.PodIP(t)
 	const metricsPort = 9090
-	startAgentWith(t, nodeA, func(o *agentapp.Options) { o.MetricsAddr = ip + ":9090" })
+	startAgentWith(t, nodeA, func(o *agentapp.Options) { o.MetricsAddr, o.ServeHistory = ip+":9090", true })
 	ctx := context.Background()
 	if _, err := harness.CreatePod(ctx, controlPlane.Client, harness.PodOptions{
 		Namespace: agentNS, Name: "swh-agent-a", Node: nodeA, IPs: []string{ip},

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	agentapp "github.com/swh-dev/swh/agent/app"
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
 	"github.com/swh-dev/swh/endpoints"
 	"github.com/swh-dev/swh/test/harness"
@@ -300,5 +301,69 @@ func TestFailStaticNodeSilent(t *testing.T) {
 	waitPublished(t, ns, "web", map[string]string{"web-web-node-a": "web-a:TTF,web-b:FFF"})
 	if got := a.gauge(t, "swh_agent_held_targets", map[string]string{"scope": "node", "reason": "timeout"}); got != 0 {
 		t.Errorf("%v targets held while one pod is silent among passing ones", got)
+	}
+}
+
+// TestFailStaticSideBySide: every probe of both nodes times out, their
+// pods still Ready; node A's agent fails static (the default), node B's
+// runs with fail static off (--fail-static=false, the behaviour before):
+// A keeps every endpoint, B withdraws every one.
+func TestFailStaticSideBySide(t *testing.T) {
+	startAgent(t, nodeA)
+	startAgentWith(t, nodeB, func(o *agentapp.Options) { o.Publisher.FailClosed = true })
+	ns := namespace(t)
+	var backends []*backend
+	for _, node := range []string{nodeA, nodeB} {
+		for _, app := range []string{"web", "web", "api"} {
+			backends = append(backends, startBackend(t, ns, app, fmt.Sprintf("%s-%s-%d", app, node, len(backends)), node))
+		}
+	}
+	for _, name := range []string{"web", "api"} {
+		probe := fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080))
+		probe.FailureThreshold = 3
+		if err := controlPlane.Client.Create(context.Background(), resource(ns, name, webAndSMTP[:1], probe)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := func(node string) (n int) {
+		t.Helper()
+		got, _, err := published(context.Background(), ns, "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		more, _, err := published(context.Background(), ns, "api")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, eps := range more {
+			got[name] = eps
+		}
+		for name, eps := range got {
+			if strings.HasSuffix(name, node) {
+				n += strings.Count(eps, ":TTF")
+			}
+		}
+		return n
+	}
+	harness.Eventually(t, 30*time.Second, "three pods ready on each node", func() error {
+		if a, b := ready(nodeA), ready(nodeB); a != 3 || b != 3 {
+			return fmt.Errorf("ready: %d on %s, %d on %s", a, nodeA, b, nodeB)
+		}
+		return nil
+	})
+	for _, b := range backends {
+		b.http.SetDelay(3 * time.Second) // over the 1 s timeout
+	}
+	harness.Eventually(t, 15*time.Second, "node B's pods withdrawn", func() error {
+		if b := ready(nodeB); b != 0 {
+			return fmt.Errorf("%d still ready on %s", b, nodeB)
+		}
+		return nil
+	})
+	time.Sleep(2 * time.Second) // node A's pods reached their threshold as long ago
+	a, b := ready(nodeA), ready(nodeB)
+	t.Logf("every probe of both nodes timing out: fail static kept %d of 3 endpoints, fail closed (--fail-static=false) %d of 3", a, b)
+	if a != 3 {
+		t.Errorf("fail static kept %d of 3 endpoints", a)
 	}
 }
