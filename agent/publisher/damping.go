@@ -102,6 +102,9 @@ func (t *target) published(now time.Time) bool {
 	f := &t.flaps
 	if f.hidden && !now.Before(f.until) {
 		f.hidden, f.passingSince = false, now
+		if t.tracker.Healthy() {
+			t.history.add(swhv1alpha1.TargetTransition{At: now.UTC(), Event: swhv1alpha1.TransitionPublished, Reason: string(t.last.Reason)})
+		}
 	}
 	return t.tracker.Healthy() && !f.hidden
 }

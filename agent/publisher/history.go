@@ -52,6 +52,11 @@ func (h *transitions) note(t *target, o observation, now time.Time) {
 			e.OutUntil = &until
 		}
 	}
+	h.add(e)
+}
+
+// add appends a transition, dropping the oldest past historyLen.
+func (h *transitions) add(e swhv1alpha1.TargetTransition) {
 	if len(*h) == historyLen {
 		copy(*h, (*h)[1:])
 		*h = (*h)[:historyLen-1]

@@ -17,10 +17,11 @@ import (
 	"github.com/swh-dev/swh/test/harness"
 )
 
-// TestFlapDamping: a backend that keeps failing and recovering stays out
-// longer at each withdrawal with spec.healthcheck.flapDamping (base 2 s,
-// at most 4 s), and `kubectl swh history` reads its transitions from the
-// agent's memory through the API server's pod proxy.
+// TestFlapDamping: a backend that keeps failing and recovering, beside a
+// steady one, stays out longer at each withdrawal with
+// spec.healthcheck.flapDamping (base 2 s, at most 4 s), and `kubectl swh
+// history` reads its transitions from the agent's memory through the API
+// server's pod proxy.
 func TestFlapDamping(t *testing.T) {
 	ns := namespace(t)
 	agentNS := namespace(t)
@@ -36,13 +37,15 @@ func TestFlapDamping(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startBackend(t, ns, "flappy", "flappy-a", nodeA)
+	// A steady pod beside it: damping never keeps a port without one.
+	startBackend(t, ns, "flappy", "flappy-b", nodeA)
 	swh := resource(ns, "flappy", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
 	swh.Spec.Healthcheck.FlapDamping = &swhv1alpha1.FlapDamping{BaseEjectionSeconds: 2, MaxEjectionSeconds: 4, StableSeconds: 60}
 	if err := controlPlane.Client.Create(ctx, swh); err != nil {
 		t.Fatal(err)
 	}
-	in := map[string]string{"flappy-web-node-a": "flappy-a:TTF"}
-	out := map[string]string{"flappy-web-node-a": "flappy-a:FFF"}
+	in := map[string]string{"flappy-web-node-a": "flappy-a:TTF,flappy-b:TTF"}
+	out := map[string]string{"flappy-web-node-a": "flappy-a:FFF,flappy-b:TTF"}
 	waitPublished(t, ns, "flappy", in)
 
 	// Three flaps: failing until withdrawn, then passing at once. Back
@@ -72,10 +75,10 @@ func TestFlapDamping(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &report); err != nil {
 		t.Fatalf("parsing %q: %v", raw, err)
 	}
-	if len(report.Targets) != 1 || report.Errors != nil {
+	if len(report.Targets) != 2 || report.Errors != nil {
 		t.Fatalf("history: %s", raw)
 	}
-	h := report.Targets[0]
+	h := report.Targets[0] // flappy-a, sorted by pod
 	var events []string
 	for _, e := range h.Transitions {
 		events = append(events, e.Event)
