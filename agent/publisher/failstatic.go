@@ -311,13 +311,7 @@ func (h *hold) describe(node string) string {
 // "probe") and the reason of their hold, for the metrics; every scope and reason a hold can
 // have is there, at 0 when none holds, so that an alert sees it end.
 func (s *targetTable) heldCounts() map[[2]string]int {
-	out := map[[2]string]int{}
-	for _, r := range []probes.Reason{ReasonConfig, ReasonSecret, probes.ReasonAuth, probes.ReasonTLS} {
-		out[[2]string{"probe", string(r)}] = 0
-	}
-	for _, r := range []probes.Reason{probes.ReasonTimeout, probes.ReasonUnreachable} {
-		out[[2]string{"node", string(r)}] = 0
-	}
+	out := zeroScopes()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.targets {
@@ -387,13 +381,7 @@ func (k *keptNews) forget(key types.NamespacedName) {
 // begins, before failureThreshold withdraws anything. Every scope and
 // reason is there, at 0 when none is suspected.
 func (s *targetTable) suspected() map[[2]string]int {
-	out := map[[2]string]int{}
-	for _, r := range []probes.Reason{ReasonConfig, ReasonSecret, probes.ReasonAuth, probes.ReasonTLS} {
-		out[[2]string{"probe", string(r)}] = 0
-	}
-	for _, r := range []probes.Reason{probes.ReasonTimeout, probes.ReasonUnreachable} {
-		out[[2]string{"node", string(r)}] = 0
-	}
+	out := zeroScopes()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	type group struct {
@@ -431,6 +419,19 @@ func (s *targetTable) suspected() map[[2]string]int {
 		if g.same && (suspicionOf(g.reason) == checkerItself || len(g.pods) >= 2) {
 			out[[2]string{"probe", string(g.reason)}]++
 		}
+	}
+	return out
+}
+
+// zeroScopes lists every scope and reason a hold can have, at 0: the
+// gauges report them all, so that an alert sees a count end.
+func zeroScopes() map[[2]string]int {
+	out := map[[2]string]int{}
+	for _, r := range []probes.Reason{ReasonConfig, ReasonSecret, probes.ReasonAuth, probes.ReasonTLS} {
+		out[[2]string{"probe", string(r)}] = 0
+	}
+	for _, r := range []probes.Reason{probes.ReasonTimeout, probes.ReasonUnreachable} {
+		out[[2]string{"node", string(r)}] = 0
 	}
 	return out
 }
