@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -102,30 +103,27 @@ func readHistory(ctx context.Context, cs kubernetes.Interface, s *Snapshot, pod 
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, node := range names {
-		agent := s.Agents[node]
-		switch {
-		case s.AgentsError != nil:
-			r.Errors[node] = s.AgentsError.Error()
-			continue
-		case agent == nil:
-			r.Errors[node] = "no agent pod runs on the node"
-			continue
-		}
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		raw, err := cs.CoreV1().Pods(agent.Namespace).ProxyGet("http", agent.Name, metricsPort(agent), agentHistoryPath,
-			map[string]string{"namespace": r.Namespace, "name": r.Name}).DoRaw(ctx)
-		cancel()
-		if err != nil {
-			r.Errors[node] = fmt.Sprintf("asking agent %s: %v", agent.Name, err)
-			continue
-		}
-		var targets []swhv1alpha1.TargetHistory
-		if err := json.Unmarshal(raw, &targets); err != nil {
-			r.Errors[node] = fmt.Sprintf("reading agent %s's answer: %v", agent.Name, err)
+	// Ask the agents together: one slow or unreachable node costs its
+	// 10 s timeout once, not once per node before it.
+	answers := make([]nodeHistory, len(names))
+	var wg sync.WaitGroup
+	limit := make(chan struct{}, historyConcurrency)
+	for i, node := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			limit <- struct{}{}
+			defer func() { <-limit }()
+			answers[i] = askAgent(ctx, cs, s, node)
+		}()
+	}
+	wg.Wait()
+	for i, node := range names {
+		if answers[i].err != "" {
+			r.Errors[node] = answers[i].err
 			continue
 		}
-		for _, t := range targets {
+		for _, t := range answers[i].targets {
 			if pod == "" || t.Pod == pod {
 				r.Targets = append(r.Targets, NodeTarget{Node: node, TargetHistory: t})
 			}
@@ -135,6 +133,39 @@ func readHistory(ctx context.Context, cs kubernetes.Interface, s *Snapshot, pod 
 		r.Errors = nil
 	}
 	return r
+}
+
+// historyConcurrency bounds the agents asked at once.
+const historyConcurrency = 16
+
+// nodeHistory is one agent's answer: its targets of the resource, or why
+// there are none.
+type nodeHistory struct {
+	targets []swhv1alpha1.TargetHistory
+	err     string
+}
+
+// askAgent asks the agent on node for its targets of the snapshot's resource.
+func askAgent(ctx context.Context, cs kubernetes.Interface, s *Snapshot, node string) nodeHistory {
+	agent := s.Agents[node]
+	switch {
+	case s.AgentsError != nil:
+		return nodeHistory{err: s.AgentsError.Error()}
+	case agent == nil:
+		return nodeHistory{err: "no agent pod runs on the node"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	raw, err := cs.CoreV1().Pods(agent.Namespace).ProxyGet("http", agent.Name, metricsPort(agent), agentHistoryPath,
+		map[string]string{"namespace": s.Resource.Namespace, "name": s.Resource.Name}).DoRaw(ctx)
+	if err != nil {
+		return nodeHistory{err: fmt.Sprintf("asking agent %s: %v", agent.Name, err)}
+	}
+	var targets []swhv1alpha1.TargetHistory
+	if err := json.Unmarshal(raw, &targets); err != nil {
+		return nodeHistory{err: fmt.Sprintf("reading agent %s's answer: %v", agent.Name, err)}
+	}
+	return nodeHistory{targets: targets}
 }
 
 // metricsPort is the agent container's port named metrics, as the chart
