@@ -152,7 +152,7 @@ realnode: images ## Real-node suite: the release pushed to a registry, the chart
 bench-datapath: images ## Built-in readiness vs ours on real kubelets: failure → kube-proxy stops sending, and their ratio.
 	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm registry
 	@cd test && go test -c -o $(BIN)/realnode.test ./e2e/realnode/
-	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/e2e/realnode && exec "$$0" -test.run "^$$" -test.bench BenchmarkFailureReaction -test.benchtime 6x -test.timeout=30m' $(BIN)/realnode.test
+	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/e2e/realnode && exec "$$0" -test.run "^$$" -test.bench BenchmarkFailureReaction -test.benchtime 20x -test.timeout=30m' $(BIN)/realnode.test
 
 # The run happens in a private network namespace (hack/netns.sh): its load on
 # 127.0.0.1, and the TIME_WAIT sockets it counts, are its own.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,11 +144,14 @@ func acceptBanners(l net.Listener, pod string, conns *sync.WaitGroup) {
 
 // backend is one HTTP port: GET anything answers the pod's name, /healthz
 // answers ok; both 503 while the port is failing. POST /fail and
-// POST /recover switch this port's own failing mode; GET /checks lists
-// the last health checks answered.
+// POST /recover switch this port's own failing mode; POST /fail?for=AGENT
+// fails only the health checks whose User-Agent starts with AGENT (one
+// prober sees the failure, clients and other probers do not); GET /checks
+// lists the last health checks answered.
 type backend struct {
 	pod, failFile, port string
 	failing             atomic.Bool
+	failFor             atomic.Pointer[string]
 	// passAt: until then the port fails (-pass-after).
 	passAt time.Time
 	checks checkLog
@@ -199,12 +203,18 @@ func (b *backend) isFailing() bool {
 func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/fail" && r.URL.Query().Get("for") != "":
+		prober := r.URL.Query().Get("for")
+		b.failFor.Store(&prober)
+		fmt.Fprintf(w, "%s failing for %s\n", b.pod, prober)
+		return
 	case r.Method == http.MethodPost && r.URL.Path == "/fail":
 		b.failing.Store(true)
 		fmt.Fprintf(w, "%s failing\n", b.pod)
 		return
 	case r.Method == http.MethodPost && r.URL.Path == "/recover":
 		b.failing.Store(false)
+		b.failFor.Store(nil)
 		fmt.Fprintf(w, "%s recovered\n", b.pod)
 		return
 	case r.URL.Path == "/checks":
@@ -212,6 +222,9 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	failing := b.isFailing()
+	if prober := b.failFor.Load(); prober != nil && r.URL.Path == "/healthz" && strings.HasPrefix(r.UserAgent(), *prober) {
+		failing = true
+	}
 	status := http.StatusOK
 	if failing {
 		status = http.StatusServiceUnavailable
