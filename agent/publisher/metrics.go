@@ -18,6 +18,7 @@ type Metrics struct {
 	probeDuration *prometheus.HistogramVec
 	transitions   prometheus.Counter
 	sliceWrites   *prometheus.CounterVec
+	liveReads     prometheus.Counter
 	writeDelay    prometheus.Histogram
 	targets       prometheus.Gauge
 	secretReads   *prometheus.CounterVec
@@ -47,6 +48,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "swh_agent_slice_writes_total",
 			Help: "EndpointSlice writes by operation and outcome.",
 		}, []string{"operation", "outcome"}),
+		liveReads: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "swh_agent_live_slice_reads_total",
+			Help: "Reads of the agent's slices from the API server because its cache lagged behind its own writes (a watch reconnecting).",
+		}),
 		writeDelay: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "swh_agent_verdict_to_write_seconds",
 			Help:    "Delay from a verdict change to the slice write that publishes it.",
@@ -74,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		held: newHeldCollector(),
 	}
-	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.writeDelay, m.targets, m.secretReads, m.gateWrites, m.closings, m.closed, m.held} {
+	for _, c := range []prometheus.Collector{m.probeResults, m.probeDuration, m.transitions, m.sliceWrites, m.liveReads, m.writeDelay, m.targets, m.secretReads, m.gateWrites, m.closings, m.closed, m.held} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering the agent's metrics: %w", err)
 		}
@@ -105,6 +110,12 @@ func (m *Metrics) sliceWrite(op string, err error) {
 		return
 	}
 	m.sliceWrites.WithLabelValues(op, writeOutcome(err)).Inc()
+}
+
+func (m *Metrics) liveSliceRead() {
+	if m != nil {
+		m.liveReads.Inc()
+	}
 }
 
 // writeOutcome labels the answer to a write.

@@ -110,6 +110,9 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 		if apierrors.IsAlreadyExists(err) {
 			p.takenSliceNames.add(resource, s.Name)
 		}
+		if err == nil {
+			p.written.wrote(resource, s.Name, s.ResourceVersion)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("creating slice %s/%s: %w", s.Namespace, s.Name, err))
 		}
@@ -120,6 +123,12 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
 		err := retry(ctx, func() error { return p.client.Update(ctx, s) })
 		p.metrics.sliceWrite("update", err)
+		switch {
+		case err == nil:
+			p.written.wrote(resource, s.Name, s.ResourceVersion)
+		case apierrors.IsConflict(err):
+			p.written.conflicted(resource)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("updating slice %s/%s: %w", s.Namespace, s.Name, err))
 		}
@@ -135,6 +144,12 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 		})
 		if apierrors.IsNotFound(err) {
 			err = nil
+		}
+		switch {
+		case err == nil:
+			p.written.deleted(resource, s.Name)
+		case apierrors.IsConflict(err):
+			p.written.conflicted(resource)
 		}
 		p.metrics.sliceWrite("delete", err)
 		if err != nil {

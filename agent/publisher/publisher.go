@@ -37,7 +37,9 @@ type Publisher struct {
 
 	// takenSliceNames are slice names a create found held by another slice.
 	takenSliceNames *takenNames
-	scheduler       *probes.Scheduler[targetKey]
+	// written holds the agent's own slice writes until its cache shows them.
+	written   *writtenSlices
+	scheduler *probes.Scheduler[targetKey]
 	// targets holds every probe target of the node and its verdict.
 	targets *targetTable
 	// probers builds a target's prober from its probe spec.
@@ -141,6 +143,7 @@ func (p *Publisher) publishHeld(ctx context.Context, view *resourceView, verdict
 func (p *Publisher) forget(key types.NamespacedName) {
 	p.removeTargets(key, nil)
 	p.takenSliceNames.forget(key)
+	p.written.forget(key)
 	p.told.forget(key)
 	p.holds.forget(key.Namespace, key.Name)
 	p.kept.forget(key)

@@ -119,16 +119,29 @@ func (p *Publisher) selectedPods(ctx context.Context, swh *swhv1alpha1.ServiceWi
 	return out, nil
 }
 
-// ownSlices lists this node's slices of the resource from the cache.
+// ownSlices lists this node's slices of the resource from the cache, or
+// from the API server while the cache lags behind the agent's own writes
+// (writtenSlices).
 func (p *Publisher) ownSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) ([]discoveryv1.EndpointSlice, error) {
-	list := &discoveryv1.EndpointSliceList{}
-	if err := p.client.List(ctx, list, client.InNamespace(swh.Namespace), client.MatchingLabels{
+	mine := []client.ListOption{client.InNamespace(swh.Namespace), client.MatchingLabels{
 		discoveryv1.LabelServiceName: swh.Name,
 		endpoints.DefaultNodeLabel:   endpoints.NodeLabelValue(p.nodeName),
-	}); err != nil {
+	}}
+	list := &discoveryv1.EndpointSliceList{}
+	if err := p.client.List(ctx, list, mine...); err != nil {
 		return nil, fmt.Errorf("listing the slices of %s/%s: %w", swh.Namespace, swh.Name, err)
 	}
-	return list.Items, nil
+	key := types.NamespacedName{Namespace: swh.Namespace, Name: swh.Name}
+	if !p.written.lagging(key, list.Items) {
+		return list.Items, nil
+	}
+	live := &discoveryv1.EndpointSliceList{}
+	if err := p.reader.List(ctx, live, mine...); err != nil {
+		return nil, fmt.Errorf("listing the slices of %s/%s from the API server (the cache lags): %w", swh.Namespace, swh.Name, err)
+	}
+	p.written.readLive(key, live.Items)
+	p.metrics.liveSliceRead()
+	return live.Items, nil
 }
 
 // adoptedSlices returns the built-in EndpointSlice controller's slices of a

@@ -150,6 +150,7 @@ func New(nodeName string, opts Options, deps Deps) (*Publisher, error) {
 		skipNameValidation: opts.SkipNameValidation,
 		targets:            newTargetTable(opts.FailClosed),
 		takenSliceNames:    newTakenNames(),
+		written:            newWrittenSlices(),
 		verdictFlips:       &flipQueue{delay: opts.Coalesce, wholeWindow: opts.CoalesceWholeWindow},
 	}
 	secrets := newSecretCache(deps.APIReader, opts.SecretTTL, bounds, deps.Logger.WithName("secrets"), deps.Metrics)

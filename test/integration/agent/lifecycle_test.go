@@ -207,3 +207,50 @@ func TestConvergesAfterAPIServerRestart(t *testing.T) {
 	}
 	waitPublished(t, ns, "restart", map[string]string{"restart-web-node-a": "restart-a:FFF,restart-b:TTF"})
 }
+
+// TestWritesAfterAPIServerRestart: once kube-apiserver is back from a
+// restart, the agent's next verdicts are written at once, as before it:
+// each of three restarts is followed by a failure and a recovery, each
+// published within 5 s (a 1 s period, one failure or success to decide).
+// The soak found an agent whose writes conflicted for a minute after a
+// restart: its cached slices were stale.
+func TestWritesAfterAPIServerRestart(t *testing.T) {
+	startAgent(t, nodeA)
+	ns := namespace(t)
+	b := startBackend(t, ns, "again", "again-a", nodeA)
+	startBackend(t, ns, "again", "again-b", nodeA)
+	swh := resource(ns, "again", webAndSMTP[:1], fastProbe(swhv1alpha1.ProbeModeHTTP, intstr.FromInt32(8080)))
+	if err := controlPlane.Client.Create(context.Background(), swh); err != nil {
+		t.Fatal(err)
+	}
+	up := map[string]string{"again-web-node-a": "again-a:TTF,again-b:TTF"}
+	down := map[string]string{"again-web-node-a": "again-a:FFF,again-b:TTF"}
+	waitPublished(t, ns, "again", up)
+	within := func(want map[string]string, what string) {
+		t.Helper()
+		start := time.Now()
+		harness.Eventually(t, 5*time.Second, what, func() error {
+			got, _, err := published(context.Background(), ns, "again")
+			if err != nil {
+				return err
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				return fmt.Errorf("\n got %v\nwant %v", got, want)
+			}
+			return nil
+		})
+		t.Logf("%s: %s", what, time.Since(start).Round(10*time.Millisecond))
+	}
+	for i := 1; i <= 3; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		err := controlPlane.RestartAPIServer(ctx, 2*time.Second)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.http.SetStatus(http.StatusServiceUnavailable)
+		within(down, fmt.Sprintf("restart %d: again-a withdrawn", i))
+		b.http.SetStatus(http.StatusOK)
+		within(up, fmt.Sprintf("restart %d: again-a back", i))
+	}
+}
