@@ -146,6 +146,14 @@ realnode: images ## Real-node suite: the release pushed to a registry, the chart
 	@cd test && go test -c -o $(BIN)/realnode.test ./e2e/realnode/
 	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/e2e/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=30m $(REALNODE_FLAGS)' $(BIN)/realnode.test
 
+SOAK_DURATION ?= 30m
+SOAK_SEED ?=
+.PHONY: soak
+soak: images ## Soak on the real-node cluster: faults at random (SOAK_SEED replays a run), invariants checked all the time, for SOAK_DURATION (30m).
+	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm registry
+	@cd test && go test -c -o $(BIN)/realnode.test ./e2e/realnode/
+	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images SOAK_DURATION=$(SOAK_DURATION) SOAK_SEED=$(SOAK_SEED) bash -c 'cd test/e2e/realnode && exec "$$0" -test.v -test.count=1 -test.run "^TestSoak$$" -test.timeout=4h' $(BIN)/realnode.test
+
 # The same cluster: a plain Service fed by kubelet's readiness probe and a
 # resource with the same check, side by side on the same failures.
 .PHONY: bench-datapath

@@ -318,6 +318,25 @@ func (cp *ControlPlane) PauseAPIServer() (resume func() error, err error) {
 	}, nil
 }
 
+// PauseEtcd freezes etcd (SIGSTOP): kube-apiserver's reads and writes hang
+// and its watches see nothing new, as with a disk that stopped answering.
+// The returned function resumes it (SIGCONT).
+func (cp *ControlPlane) PauseEtcd() (resume func() error, err error) {
+	pid, err := processWith(cp.env.ControlPlane.Etcd.DataDir, "etcd")
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("stopping etcd (pid %d): %w", pid, err)
+	}
+	return func() error {
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			return fmt.Errorf("resuming etcd (pid %d): %w", pid, err)
+		}
+		return nil
+	}, nil
+}
+
 // processWith finds the PID of the program whose command line holds both
 // words (the control plane's own folders make it unique).
 func processWith(word, program string) (int, error) {

@@ -98,7 +98,11 @@ func run(m *testing.M) int {
 		fmt.Println("removing the cluster's folder:", err)
 		code = 1
 	}
-	if err := cluster.Check(ctx); err != nil {
+	// The suite's own deadline covers the start; a long run (make soak)
+	// outlives it.
+	checkCtx, cancelCheck := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancelCheck()
+	if err := cluster.Check(checkCtx); err != nil {
 		fmt.Println("the cluster left something behind:", err)
 		code = 1
 	}

@@ -275,3 +275,6 @@ type Proc = process.Proc
 
 // tail returns the last lines of a file.
 func tail(file string, lines int) string { return process.Tail(file, lines) }
+
+// PodCIDR is the node's pod address range.
+func (n *Node) PodCIDR() string { return podCIDR(n.Index) }

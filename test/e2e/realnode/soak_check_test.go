@@ -1,0 +1,442 @@
+package realnode_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/swh-dev/swh/test/e2e/realnode"
+)
+
+// The invariants, checked all the time by soakChecker:
+//
+//  1. A target the soak fails is withdrawn (a watch sees it not ready)
+//     within soakDetect of the failure, and requests to it fail only until
+//     soakDetect + soakPropagate after it.
+//  2. A passing pod on a Ready node is never withdrawn. Explained: the pod
+//     is being deleted or gone; its node is not Ready, or is powered off or
+//     cut from the API server by the fault (the controller withdraws a
+//     NotReady node's endpoints); its port fails by the fault. Every other
+//     withdrawal is false, listed and a violation.
+//  3. Requests fail only within the bound of the fault under way (each
+//     fault says which failures it explains); outside faults, never.
+//  4. After each fault everything converges within the fault's bound
+//     (soakWorld.converge).
+//  5. The agents and the controller do not grow (soak_resources.go).
+//  6. Nothing is left behind (soakWorld.cleanUp, then the suite's checks).
+
+// target is one port of one pod.
+type target struct{ pod, port string }
+
+func (t target) String() string { return t.pod + ":" + t.port }
+
+// soakFailure is a request that failed: when it was sent, from which
+// node, to which port, the pod that answered (if one did) and why.
+type soakFailure struct {
+	at         time.Time
+	node, port string
+	pod        string
+	err        string
+}
+
+func (f soakFailure) String() string {
+	return fmt.Sprintf("%s from %s to %s: %s", f.at.Format("15:04:05.000"), f.node, f.port, f.err)
+}
+
+// faultRecord is one fault's story: what it did, what the checker saw
+// meanwhile, and which of it the fault explains.
+type faultRecord struct {
+	kind, detail string
+	seq          int
+
+	mu                     sync.Mutex
+	start, healedAt, endAt time.Time
+	sent                   int
+	failures               []soakFailure
+	allowedFailures        int
+	withdrawals            []string
+	falseWithdrawals       []string
+	detected, converged    time.Duration
+	convergeBound          time.Duration
+	problems               []string
+	failing                map[target]time.Time
+	withdrawnAt            map[target]time.Time
+	downNodes              map[string]bool
+	allow                  func(soakFailure) bool
+}
+
+// failTarget records that the fault made t fail its probes at.
+func (r *faultRecord) failTarget(t target, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failing == nil {
+		r.failing = map[target]time.Time{}
+	}
+	r.failing[t] = at
+}
+
+// nodeDown records that the fault took node away (powered off, cut):
+// its endpoints' withdrawals are explained until the end of the fault.
+func (r *faultRecord) nodeDown(node string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.downNodes == nil {
+		r.downNodes = map[string]bool{}
+	}
+	r.downNodes[node] = true
+}
+
+// allowFailures sets which failed requests the fault explains.
+func (r *faultRecord) allowFailures(allow func(soakFailure) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.allow = allow
+}
+
+// withdrawnSince returns when the checker saw t withdrawn (zero if not).
+func (r *faultRecord) withdrawnSince(t target) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.withdrawnAt[t]
+}
+
+func (r *faultRecord) problem(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+func (r *faultRecord) violations() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := append([]string(nil), r.problems...)
+	for _, w := range r.falseWithdrawals {
+		out = append(out, "false withdrawal: "+w)
+	}
+	unexplained := 0
+	for _, f := range r.failures {
+		if r.allow == nil || !r.allow(f) {
+			if unexplained < 5 {
+				out = append(out, "failed request the fault does not explain: "+f.String())
+			}
+			unexplained++
+		}
+	}
+	if unexplained > 5 {
+		out = append(out, fmt.Sprintf("... %d failed requests in all that the fault does not explain", unexplained))
+	}
+	return out
+}
+
+func (r *faultRecord) summary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	allowed := 0
+	for _, f := range r.failures {
+		if r.allow != nil && r.allow(f) {
+			allowed++
+		}
+	}
+	r.allowedFailures = allowed
+	s := fmt.Sprintf("%s; %d requests, %d failed (%d explained), %d withdrawals (%d false), converged %s after the heal",
+		r.detail, r.sent, len(r.failures), allowed, len(r.withdrawals), len(r.falseWithdrawals), r.converged.Round(100*time.Millisecond))
+	if r.detected > 0 {
+		s += fmt.Sprintf(", worst detection %s", r.detected.Round(10*time.Millisecond))
+	}
+	return s
+}
+
+// soakChecker follows the resource's slices, the workload's pods and the
+// nodes through informers (which relist after a watch expires or the API
+// server restarts), and sends requests from every node's client to both
+// ports, charging what it sees to the fault under way.
+type soakChecker struct {
+	w      *soakWorld
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu sync.Mutex
+	// cur is the fault under way, nil between faults; last the one before.
+	cur, last *faultRecord
+	quiet     []string
+	slices    map[string]*discoveryv1.EndpointSlice
+	ready     map[target]bool
+	// podNode and deleting describe the workload's pods; nodeReady the
+	// nodes.
+	podNode   map[string]string
+	deleting  map[string]bool
+	nodeReady map[string]bool
+}
+
+func startSoakChecker(ctx context.Context, t *testing.T, w *soakWorld) *soakChecker {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	c := &soakChecker{w: w, cancel: cancel, slices: map[string]*discoveryv1.EndpointSlice{}, ready: map[target]bool{},
+		podNode: map[string]string{}, deleting: map[string]bool{}, nodeReady: map[string]bool{}}
+	informers, err := cache.New(cluster.CP.Config, cache.Options{Scheme: cluster.CP.Scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handlers := []struct {
+		obj client.Object
+		fn  func(obj any, deleted bool)
+	}{
+		{&corev1.Node{}, c.onNode},
+		{&corev1.Pod{}, c.onPod},
+		{&discoveryv1.EndpointSlice{}, c.onSlice},
+	}
+	for _, h := range handlers {
+		inf, err := informers.GetInformer(ctx, h.obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fn := h.fn
+		if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { fn(obj, false) },
+			UpdateFunc: func(_, obj any) { fn(obj, false) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				fn(obj, true)
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		_ = informers.Start(ctx)
+	}()
+	if !informers.WaitForCacheSync(ctx) {
+		t.Fatal("the soak's informers did not sync")
+	}
+	for _, n := range cluster.Nodes {
+		for _, p := range soakPorts {
+			c.wg.Add(1)
+			go c.send(ctx, n, p)
+		}
+	}
+	return c
+}
+
+func (c *soakChecker) onNode(obj any, deleted bool) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodeReady[n.Name] = !deleted && nodeReady(n)
+}
+
+func (c *soakChecker) onPod(obj any, deleted bool) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || p.Labels["app"] != "soak" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.podNode[p.Name] = p.Spec.NodeName
+	c.deleting[p.Name] = deleted || p.DeletionTimestamp != nil
+}
+
+func (c *soakChecker) onSlice(obj any, deleted bool) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[discoveryv1.LabelServiceName] != "soak" {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if deleted {
+		delete(c.slices, s.Name)
+	} else {
+		c.slices[s.Name] = s
+	}
+	ready := map[target]bool{}
+	for _, sl := range c.slices {
+		port := ""
+		if len(sl.Ports) > 0 && sl.Ports[0].Name != nil {
+			port = *sl.Ports[0].Name
+		}
+		for _, e := range sl.Endpoints {
+			if e.TargetRef != nil && e.Conditions.Ready != nil && *e.Conditions.Ready {
+				ready[target{e.TargetRef.Name, port}] = true
+			}
+		}
+	}
+	for t := range c.ready {
+		if !ready[t] {
+			c.withdrawn(t, now)
+		}
+	}
+	c.ready = ready
+}
+
+// withdrawn classifies a withdrawal (invariant 2) and times a failing
+// target's (invariant 1). Called with c.mu held.
+func (c *soakChecker) withdrawn(t target, at time.Time) {
+	node := c.podNode[t.pod]
+	why := ""
+	r := c.cur
+	if r != nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if failedAt, ok := r.failing[t]; ok {
+			if r.withdrawnAt == nil {
+				r.withdrawnAt = map[target]time.Time{}
+			}
+			if _, seen := r.withdrawnAt[t]; !seen {
+				r.withdrawnAt[t] = at
+				d := at.Sub(failedAt)
+				r.detected = max(r.detected, d)
+				if d > soakDetect {
+					r.problems = append(r.problems, fmt.Sprintf("%s withdrawn %s after its failure, over the bound %s", t, d.Round(10*time.Millisecond), soakDetect))
+				}
+			}
+			why = "its port fails"
+		} else if r.downNodes[node] {
+			why = "its node is down (" + r.kind + ")"
+		}
+	}
+	switch {
+	case why != "":
+	case c.deleting[t.pod] || node == "":
+		why = "the pod is being deleted"
+	case !c.nodeReady[node]:
+		why = "its node " + node + " is not Ready"
+	}
+	line := fmt.Sprintf("%s %s on %s withdrawn", at.Format("15:04:05.000"), t, node)
+	if r == nil {
+		if why == "" {
+			c.quiet = append(c.quiet, "false withdrawal: "+line+c.lastFault())
+		}
+		return
+	}
+	r.withdrawals = append(r.withdrawals, line+" ("+why+")")
+	if why == "" {
+		r.falseWithdrawals = append(r.falseWithdrawals, line)
+	}
+}
+
+// send requests one port's ClusterIP from node's client, one request at a
+// time on a new connection each (so each is balanced anew), until the end.
+func (c *soakChecker) send(ctx context.Context, n *realnode.Node, p soakPort) {
+	defer c.wg.Done()
+	hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DialContext: n.Client.NS.DialContext, DisableKeepAlives: true}}
+	url := fmt.Sprintf("http://%s:%d/", c.w.clusterIP, p.port)
+	for ctx.Err() == nil {
+		sent := time.Now()
+		pod, err := soakGet(ctx, hc, url)
+		if ctx.Err() != nil {
+			return
+		}
+		c.mu.Lock()
+		r := c.cur
+		c.mu.Unlock()
+		if r != nil {
+			r.mu.Lock()
+			r.sent++
+			if err != nil {
+				r.failures = append(r.failures, soakFailure{at: sent, node: n.Name, port: p.name, pod: pod, err: err.Error()})
+			}
+			r.mu.Unlock()
+		} else if err != nil {
+			c.mu.Lock()
+			c.quiet = append(c.quiet, "failed request: "+soakFailure{at: sent, node: n.Name, port: p.name, pod: pod, err: err.Error()}.String()+c.lastFault())
+			c.mu.Unlock()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// soakGet returns the pod that answered (the body's first word) and an
+// error unless it answered 200.
+func soakGet(ctx context.Context, hc *http.Client, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	pod := ""
+	if f := strings.Fields(string(body)); len(f) > 0 {
+		pod = f[0]
+	}
+	if resp.StatusCode != http.StatusOK {
+		return pod, fmt.Errorf("status %d from %s", resp.StatusCode, pod)
+	}
+	return pod, nil
+}
+
+// lastFault says which fault ended last, and when. Called with c.mu held.
+func (c *soakChecker) lastFault() string {
+	if c.last == nil {
+		return " (before the first fault)"
+	}
+	return fmt.Sprintf(" (after fault %d %s, ended %s)", c.last.seq, c.last.kind, c.last.endAt.Format("15:04:05.000"))
+}
+
+// begin makes r the fault under way.
+func (c *soakChecker) begin(r *faultRecord) {
+	r.start = time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur = r
+}
+
+// healed marks the end of the fault's injection: a target it failed and
+// the checker never saw withdrawn broke invariant 1.
+func (c *soakChecker) healed(r *faultRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.healedAt = time.Now()
+	var missed []string
+	for t, at := range r.failing {
+		if _, ok := r.withdrawnAt[t]; !ok && r.healedAt.Sub(at) > soakDetect {
+			missed = append(missed, t.String())
+		}
+	}
+	sort.Strings(missed)
+	for _, t := range missed {
+		r.problems = append(r.problems, fmt.Sprintf("%s failed its probes and was never withdrawn", t))
+	}
+}
+
+// end closes the fault: what happens after it is charged to none.
+func (c *soakChecker) end(r *faultRecord) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r.endAt = time.Now()
+	if c.cur == r {
+		c.cur, c.last = nil, r
+	}
+}
+
+// stop ends the requests and the informers and returns what broke the
+// invariants outside every fault.
+func (c *soakChecker) stop() []string {
+	c.cancel()
+	c.wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.quiet...)
+}

@@ -1,0 +1,400 @@
+package realnode_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/swh-dev/swh/test/e2e/realnode"
+	"github.com/swh-dev/swh/test/images"
+)
+
+// soakFault is one kind of fault: run injects it, holds it a while and
+// heals it, telling rec what it did and which failures it explains.
+type soakFault struct {
+	name string
+	run  func(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error
+}
+
+// errNotNow: the fault cannot be injected in the cluster's present state
+// (another is drawn).
+var errNotNow = errors.New("not possible now")
+
+func soakFaults() []soakFault {
+	return []soakFault{
+		{"backend-port", backendPortFault},
+		{"pod-delete", podDeleteFault},
+		{"rollout", rolloutFault},
+		{"agent-kill", agentKillFault},
+		{"agent-restart", agentRestartFault},
+		{"controller-leader-kill", leaderKillFault},
+		{"apiserver-restart", apiServerRestartFault},
+		{"etcd-pause", etcdPauseFault},
+		{"node-power", nodePowerFault},
+		{"node-cut", nodeCutFault},
+		{"checker-drop", checkerDropFault},
+	}
+}
+
+func pick[T any](rng *rand.Rand, xs []T) T { return xs[rng.IntN(len(xs))] }
+
+// between returns a random duration in [lo, hi] seconds.
+func between(rng *rand.Rand, lo, hi int) time.Duration {
+	return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Second
+}
+
+// backendPortFault: one port of one pod fails its checks (503) for a
+// while, then recovers. Only that port of that pod is withdrawn, within
+// soakDetect; requests it answers fail until soakDetect + soakPropagate.
+func backendPortFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	pods, err := w.pods(ctx)
+	if err != nil || len(pods) == 0 {
+		return fmt.Errorf("the workload's pods: %v (%d)", err, len(pods))
+	}
+	p, port := pick(rng, pods), pick(rng, soakPorts)
+	hold := between(rng, 5, 10)
+	rec.detail = fmt.Sprintf("%s on %s fails port %s for %s", p.Name, p.Spec.NodeName, port.name, hold)
+	at := time.Now()
+	rec.failTarget(target{p.Name, port.name}, at)
+	rec.allowFailures(func(f soakFailure) bool {
+		return f.pod == p.Name && f.port == port.name && f.at.Before(at.Add(soakDetect+soakPropagate))
+	})
+	if err := control(ctx, p, int(port.target), "fail"); err != nil {
+		return err
+	}
+	time.Sleep(hold)
+	return control(ctx, p, int(port.target), "recover")
+}
+
+// podDeleteFault: a pod is deleted (gracefully); the Deployment replaces
+// it. Its endpoints turn terminating, and no request fails.
+func podDeleteFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	pods, err := w.pods(ctx)
+	if err != nil || len(pods) == 0 {
+		return fmt.Errorf("the workload's pods: %v (%d)", err, len(pods))
+	}
+	p := pick(rng, pods)
+	rec.detail = fmt.Sprintf("%s on %s deleted", p.Name, p.Spec.NodeName)
+	return cluster.CP.Client.Delete(ctx, &p)
+}
+
+// rolloutFault: a rolling update of the workload (one pod more at a time,
+// none unavailable). No request fails.
+func rolloutFault(ctx context.Context, w *soakWorld, _ *rand.Rand, rec *faultRecord) error {
+	var d appsv1.Deployment
+	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: "soak"}, &d); err != nil {
+		return err
+	}
+	if d.Spec.Template.Annotations == nil {
+		d.Spec.Template.Annotations = map[string]string{}
+	}
+	d.Spec.Template.Annotations["soak/rollout"] = strconv.Itoa(rec.seq)
+	if err := cluster.CP.Client.Update(ctx, &d); err != nil {
+		return err
+	}
+	rec.detail = "rolling update of 6 pods"
+	rec.convergeBound = 4 * time.Minute
+	return waitFor(ctx, 4*time.Minute, func() error {
+		if err := cluster.CP.Client.Get(ctx, client.ObjectKeyFromObject(&d), &d); err != nil {
+			return err
+		}
+		st := d.Status
+		if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != 6 || st.Replicas != 6 || st.AvailableReplicas != 6 {
+			return fmt.Errorf("rollout status %+v", st)
+		}
+		return nil
+	})
+}
+
+// chartPods lists the chart's pods of a component (agent, controller)
+// that are not being deleted.
+func chartPods(ctx context.Context, component string) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := cluster.CP.Client.List(ctx, &pods, client.InNamespace(realnode.ChartNamespace), client.MatchingLabels{"app.kubernetes.io/component": component}); err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// restarts is how many times the pod's containers restarted.
+func restarts(p corev1.Pod) int32 {
+	var n int32
+	for _, s := range p.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	return n
+}
+
+// agentKillFault: SIGKILL to one node's agent (a crash): kubelet restarts
+// the container. Nothing is withdrawn and no request fails. The agent
+// restarted least is chosen, so that kubelet's crash-loop back-off (10 s,
+// doubling) stays short.
+func agentKillFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	agents, err := chartPods(ctx, "agent")
+	if err != nil || len(agents) == 0 {
+		return fmt.Errorf("the agents: %v (%d)", err, len(agents))
+	}
+	rng.Shuffle(len(agents), func(i, j int) { agents[i], agents[j] = agents[j], agents[i] })
+	victim := agents[0]
+	for _, a := range agents[1:] {
+		if restarts(a) < restarts(victim) {
+			victim = a
+		}
+	}
+	rec.detail = fmt.Sprintf("agent %s on %s killed (restarted %d times before)", victim.Name, victim.Spec.NodeName, restarts(victim))
+	rec.convergeBound = 5 * time.Minute
+	return killPod(victim.Name)
+}
+
+// agentRestartFault: one node's agent pod is deleted; the DaemonSet
+// starts another. Nothing is withdrawn and no request fails.
+func agentRestartFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	agents, err := chartPods(ctx, "agent")
+	if err != nil || len(agents) == 0 {
+		return fmt.Errorf("the agents: %v (%d)", err, len(agents))
+	}
+	victim := pick(rng, agents)
+	rec.detail = fmt.Sprintf("agent pod %s on %s deleted", victim.Name, victim.Spec.NodeName)
+	return cluster.CP.Client.Delete(ctx, &victim)
+}
+
+// leaderKillFault: SIGKILL to the controller replica that holds the
+// leader Lease; the other takes over once the Lease expires.
+func leaderKillFault(ctx context.Context, _ *soakWorld, _ *rand.Rand, rec *faultRecord) error {
+	rec.convergeBound = 5 * time.Minute
+	// The Lease may name a replica whose process is not running (it lost
+	// the lead in an earlier fault and exits to start over): wait for a
+	// live holder.
+	return waitFor(ctx, time.Minute, func() error {
+		var lease coordinationv1.Lease
+		if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &lease); err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return errors.New("the controller's Lease has no holder")
+		}
+		pod := strings.SplitN(*lease.Spec.HolderIdentity, "_", 2)[0]
+		rec.detail = "controller leader " + pod + " killed"
+		return killPod(pod)
+	})
+}
+
+// killPod sends SIGKILL to the swh binary of pod's container (a container
+// process has HOSTNAME=<pod name>; the pause process runs another binary).
+func killPod(pod string) error {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	killed := 0
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || strings.SplitN(string(cmdline), "\x00", 2)[0] != images.BinaryPath {
+			continue
+		}
+		environ, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil {
+			continue
+		}
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			if kv == "HOSTNAME="+pod {
+				if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+					killed++
+				}
+				break
+			}
+		}
+	}
+	if killed == 0 {
+		return fmt.Errorf("no %s process of pod %s to kill", images.BinaryPath, pod)
+	}
+	return nil
+}
+
+// apiServerRestartFault: kube-apiserver stops and starts again after a
+// few seconds down. The data path does not depend on it.
+func apiServerRestartFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	down := between(rng, 1, 5)
+	rec.detail = fmt.Sprintf("kube-apiserver restarted, %s down", down)
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return cluster.CP.RestartAPIServer(rctx, down)
+}
+
+// etcdPauseFault: etcd frozen (SIGSTOP) for a few seconds.
+func etcdPauseFault(_ context.Context, _ *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	hold := between(rng, 2, 6)
+	rec.detail = fmt.Sprintf("etcd paused %s", hold)
+	resume, err := cluster.CP.PauseEtcd()
+	if err != nil {
+		return err
+	}
+	time.Sleep(hold)
+	return resume()
+}
+
+// nodePowerFault: a node loses power (kubelet, containerd, its agent and
+// pods end at once) and comes back. Requests to its pods fail until the
+// controller withdrew them (once the node turned NotReady) and kube-proxy
+// followed; none after.
+func nodePowerFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	n := pick(rng, cluster.Nodes)
+	pods, err := w.pods(ctx)
+	if err != nil {
+		return err
+	}
+	var lost []corev1.Pod
+	for _, p := range pods {
+		if p.Spec.NodeName == n.Name {
+			lost = append(lost, p)
+		}
+	}
+	hold := between(rng, 5, 15)
+	rec.detail = fmt.Sprintf("%s powered off with %d workload pods, on again %s after their withdrawal", n.Name, len(lost), hold)
+	rec.nodeDown(n.Name)
+	rec.convergeBound = 5 * time.Minute
+	var until time.Time
+	rec.allowFailures(func(f soakFailure) bool { return until.IsZero() || f.at.Before(until) })
+	n.PowerOff()
+	off := time.Now()
+	werr := waitFor(ctx, 2*time.Minute, func() error {
+		ready, err := readyPerPort(ctx, w.ns, "soak")
+		if err != nil {
+			return err
+		}
+		for _, p := range lost {
+			for port, addrs := range ready {
+				if _, still := addrs[p.Status.PodIP]; still {
+					return fmt.Errorf("%s still ready on %s", p.Name, port)
+				}
+			}
+		}
+		return nil
+	})
+	for _, p := range lost {
+		if werr != nil {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		werr = cluster.WaitProgrammedWithout(pctx, p.Status.PodIP)
+		cancel()
+	}
+	until = time.Now().Add(soakPropagate)
+	rec.detail += fmt.Sprintf("; withdrawn and out of kube-proxy %s after the power cut", until.Sub(off).Round(100*time.Millisecond))
+	perr := w.rotatePorts()
+	time.Sleep(hold)
+	if err := n.PowerOn(); err != nil {
+		return errors.Join(werr, perr, err)
+	}
+	return errors.Join(werr, perr)
+}
+
+// nodeCutFault: a node cannot reach the API server (its kubelet, agent
+// and kube-proxy), while its pods keep running. The node turns NotReady
+// and the controller withdraws its endpoints; no request fails (the pods
+// answer). Healed, the node's agent publishes them again.
+func nodeCutFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	n := pick(rng, cluster.Nodes)
+	u, err := url.Parse(cluster.CP.Config.Host)
+	if err != nil {
+		return err
+	}
+	hold := between(rng, 15, 25)
+	rec.detail = fmt.Sprintf("%s cut from the API server (%s) for %s", n.Name, u.Host, hold)
+	rec.nodeDown(n.Name)
+	rec.convergeBound = 3 * time.Minute
+	rule := fmt.Sprintf("table inet swh-soak-cut {\n"+
+		" chain cut_out { type filter hook output priority 0; policy accept; ip daddr %[1]s tcp dport %[2]s drop; }\n"+
+		" chain cut_fwd { type filter hook forward priority 0; policy accept; ip daddr %[1]s tcp dport %[2]s drop; }\n}\n", u.Hostname(), u.Port())
+	if err := nft(n, rule); err != nil {
+		return err
+	}
+	time.Sleep(hold)
+	return n.NS.Run("nft", "delete", "table", "inet", "swh-soak-cut")
+}
+
+// checkerDropFault: the network drops every probe of one node's agent
+// (its pod's packets to the node's pods), as a NetworkPolicy or a node
+// firewall gone wrong would; the pods still serve. The agent fails
+// static: nothing is withdrawn and no request fails. Needs two workload
+// pods on the node at least (the rule's limit, docs/concepts.md).
+func checkerDropFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	pods, err := w.pods(ctx)
+	if err != nil {
+		return err
+	}
+	perNode := map[string]int{}
+	for _, p := range pods {
+		perNode[p.Spec.NodeName]++
+	}
+	agents, err := chartPods(ctx, "agent")
+	if err != nil {
+		return err
+	}
+	var candidates []corev1.Pod
+	for _, a := range agents {
+		if perNode[a.Spec.NodeName] >= 2 && a.Status.PodIP != "" {
+			candidates = append(candidates, a)
+		}
+	}
+	if len(candidates) == 0 {
+		return errNotNow
+	}
+	agent := pick(rng, candidates)
+	var n *realnode.Node
+	for _, x := range cluster.Nodes {
+		if x.Name == agent.Spec.NodeName {
+			n = x
+		}
+	}
+	hold := between(rng, 5, 12)
+	rec.detail = fmt.Sprintf("probes of agent %s on %s (%d workload pods) dropped for %s", agent.Name, n.Name, perNode[n.Name], hold)
+	rule := fmt.Sprintf("table inet swh-soak-drop {\n"+
+		" chain drop_fwd { type filter hook forward priority 0; policy accept; ip saddr %s ip daddr %s drop; }\n}\n", agent.Status.PodIP, n.PodCIDR())
+	if err := nft(n, rule); err != nil {
+		return err
+	}
+	time.Sleep(hold)
+	return n.NS.Run("nft", "delete", "table", "inet", "swh-soak-drop")
+}
+
+// nft loads a ruleset into the node's network namespace.
+func nft(n *realnode.Node, rules string) error {
+	f, err := os.CreateTemp("", "swh-soak-*.nft")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(rules); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return n.NS.Run("nft", "-f", f.Name())
+}

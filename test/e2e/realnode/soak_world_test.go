@@ -1,0 +1,271 @@
+package realnode_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
+	"github.com/swh-dev/swh/test/e2e/realnode"
+)
+
+// soakWorld is what the soak runs on: the workload, its resource, and the
+// clients' state that faults change.
+type soakWorld struct {
+	ns        string
+	clusterIP string
+	// portRanges counts the clients' source port ranges used so far (see
+	// rotatePorts).
+	portRanges int
+}
+
+func startSoakWorld(ctx context.Context, t *testing.T) *soakWorld {
+	t.Helper()
+	ns := testNamespace(t)
+	d := soakDeployment(ns)
+	if err := cluster.CP.Client.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	pods := waitAvailable(ctx, t, ns, d.Name, int(*d.Spec.Replicas))
+	svc := resource(ctx, t, ns, "soak", "soak", soakResource)
+	waitReadyPods(ctx, t, ns, "soak", pods)
+	w := &soakWorld{ns: ns, clusterIP: svc.Spec.ClusterIP}
+	t.Cleanup(func() { w.restorePorts() })
+	return w
+}
+
+// pods lists the workload's pods that run and are not being deleted.
+func (w *soakWorld) pods(ctx context.Context) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := cluster.CP.Client.List(ctx, &list, client.InNamespace(w.ns), client.MatchingLabels{"app": "soak"}); err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Status.PodIP != "" && p.Status.Phase == corev1.PodRunning {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// converge waits until the cluster is whole again after a fault: every node
+// and the chart's pods Ready, six workload pods running, each published
+// ready on both ports (and nothing else), and kube-proxy on every node
+// sending to them. It records how long that took after the heal.
+func (w *soakWorld) converge(ctx context.Context, rec *faultRecord) error {
+	bound := rec.convergeBound
+	if bound == 0 {
+		bound = 2 * time.Minute
+	}
+	var last []corev1.Pod
+	err := waitFor(ctx, bound, func() error {
+		if err := chartSettled(ctx); err != nil {
+			return err
+		}
+		pods, err := w.pods(ctx)
+		if err != nil {
+			return err
+		}
+		if len(pods) != 6 {
+			return fmt.Errorf("%d workload pods running", len(pods))
+		}
+		for _, p := range pods {
+			if !podReady(&p) {
+				return fmt.Errorf("pod %s not Ready", p.Name)
+			}
+		}
+		ready, err := readyPerPort(ctx, w.ns, "soak")
+		if err != nil {
+			return err
+		}
+		for _, sp := range soakPorts {
+			got := ready[sp.name]
+			if len(got) != len(pods) {
+				return fmt.Errorf("port %s: %d ready endpoints, want %d: %v", sp.name, len(got), len(pods), got)
+			}
+			for _, p := range pods {
+				if got[p.Status.PodIP] != p.Name {
+					return fmt.Errorf("port %s: %s (%s) not ready", sp.name, p.Name, p.Status.PodIP)
+				}
+			}
+		}
+		last = pods
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("not converged %s after the heal: %w", bound, err)
+	}
+	addrs := make([]string, 0, len(last))
+	for _, p := range last {
+		addrs = append(addrs, p.Status.PodIP)
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := cluster.WaitProgrammed(pctx, w.clusterIP, addrs...); err != nil {
+		return fmt.Errorf("kube-proxy rules after the heal: %w", err)
+	}
+	rec.converged = time.Since(rec.healedAt)
+	if rec.converged > bound {
+		return fmt.Errorf("converged %s after the heal, over its bound %s", rec.converged.Round(100*time.Millisecond), bound)
+	}
+	return nil
+}
+
+// chartSettled reports why the nodes or the chart's pods are not all
+// Ready, as settle checks.
+func chartSettled(ctx context.Context) error {
+	var nodes corev1.NodeList
+	if err := cluster.CP.Client.List(ctx, &nodes); err != nil {
+		return err
+	}
+	for _, n := range nodes.Items {
+		if !nodeReady(&n) {
+			return fmt.Errorf("node %s not Ready", n.Name)
+		}
+	}
+	var ds appsv1.DaemonSet
+	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-agent"}, &ds); err != nil {
+		return err
+	}
+	if n := int32(len(cluster.Nodes)); ds.Status.NumberReady != n || ds.Status.UpdatedNumberScheduled != n {
+		return fmt.Errorf("agents: %d ready, %d updated of %d", ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled, n)
+	}
+	var dep appsv1.Deployment
+	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &dep); err != nil {
+		return err
+	}
+	if dep.Status.ReadyReplicas != 2 || dep.Status.Replicas != 2 {
+		return fmt.Errorf("controller: %d ready of %d replicas", dep.Status.ReadyReplicas, dep.Status.Replicas)
+	}
+	return nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// readyPerPort maps each port name to the addresses published ready on it
+// and their pods.
+func readyPerPort(ctx context.Context, ns, name string) (map[string]map[string]string, error) {
+	var slices discoveryv1.EndpointSliceList
+	if err := cluster.CP.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]string{}
+	for _, s := range slices.Items {
+		port := ""
+		if len(s.Ports) > 0 && s.Ports[0].Name != nil {
+			port = *s.Ports[0].Name
+		}
+		if out[port] == nil {
+			out[port] = map[string]string{}
+		}
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready && e.TargetRef != nil {
+				for _, a := range e.Addresses {
+					out[port][a] = e.TargetRef.Name
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// rotatePorts moves every client to a fresh source port range. Requests
+// sent to a pod that then died leave conntrack entries DNATed to it, in
+// SYN_SENT for 120 s, which kube-proxy does not remove (it flushes UDP
+// flows only): a later connection that reuses such a port would follow it
+// to the dead pod (TestNodeFailure has the same).
+func (w *soakWorld) rotatePorts() error {
+	w.portRanges++
+	lo := 20000 + (w.portRanges%4)*10000
+	for _, n := range cluster.Nodes {
+		if err := n.Client.NS.Sysctl("net/ipv4/ip_local_port_range", fmt.Sprintf("%d %d", lo, lo+9999)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *soakWorld) restorePorts() {
+	for _, n := range cluster.Nodes {
+		_ = n.Client.NS.Sysctl("net/ipv4/ip_local_port_range", "32768 60999")
+	}
+}
+
+// cleanUp deletes the resource and the workload and checks that nothing
+// of them is left: no Service, no slice, no pod.
+func (w *soakWorld) cleanUp(ctx context.Context) error {
+	r := &swhv1alpha1.ServiceWithHealthchecks{}
+	r.Namespace, r.Name = w.ns, "soak"
+	d := &appsv1.Deployment{}
+	d.Namespace, d.Name = w.ns, "soak"
+	for _, o := range []client.Object{r, d} {
+		if err := cluster.CP.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return waitFor(ctx, 2*time.Minute, func() error {
+		var left []string
+		var slices discoveryv1.EndpointSliceList
+		if err := cluster.CP.Client.List(ctx, &slices, client.InNamespace(w.ns)); err != nil {
+			return err
+		}
+		for _, s := range slices.Items {
+			left = append(left, "EndpointSlice "+s.Name)
+		}
+		var svcs corev1.ServiceList
+		if err := cluster.CP.Client.List(ctx, &svcs, client.InNamespace(w.ns)); err != nil {
+			return err
+		}
+		for _, s := range svcs.Items {
+			left = append(left, "Service "+s.Name)
+		}
+		var pods corev1.PodList
+		if err := cluster.CP.Client.List(ctx, &pods, client.InNamespace(w.ns)); err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			left = append(left, "Pod "+p.Name)
+		}
+		if len(left) > 0 {
+			return fmt.Errorf("left behind: %s", strings.Join(left, ", "))
+		}
+		return nil
+	})
+}
+
+// waitFor retries check every 200 ms until it returns nil, and returns its
+// last error once timeout passed.
+func waitFor(ctx context.Context, timeout time.Duration, check func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		err := check()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
