@@ -178,6 +178,8 @@ type soakChecker struct {
 	podNode   map[string]string
 	deleting  map[string]bool
 	nodeReady map[string]bool
+	// pending are withdrawals to judge once the fault ends.
+	pending []pendingWithdrawal
 }
 
 func startSoakChecker(ctx context.Context, t *testing.T, w *soakWorld) *soakChecker {
@@ -321,15 +323,66 @@ func (c *soakChecker) withdrawn(t target, at time.Time) {
 		why = "its node " + node + " is not Ready"
 	}
 	line := fmt.Sprintf("%s %s on %s withdrawn", at.Format("15:04:05.000"), t, node)
-	if r == nil {
-		if why == "" {
-			c.quiet = append(c.quiet, "false withdrawal: "+line+c.lastFault())
-		}
+	if why == "" {
+		// The node informer may have missed a short NotReady (its watch
+		// reconnecting after an API server outage): judged once the fault
+		// ends, from the node's Ready condition then (judgePending).
+		c.pending = append(c.pending, pendingWithdrawal{record: r, node: node, at: at, line: line, after: c.lastFault()})
 		return
 	}
-	r.withdrawals = append(r.withdrawals, line+" ("+why+")")
-	if why == "" {
-		r.falseWithdrawals = append(r.falseWithdrawals, line)
+	if r != nil {
+		r.withdrawals = append(r.withdrawals, line+" ("+why+")")
+	}
+}
+
+// pendingWithdrawal is a withdrawal nothing explained when it was seen.
+type pendingWithdrawal struct {
+	record     *faultRecord
+	node, line string
+	at         time.Time
+	after      string
+}
+
+// judgePending decides the withdrawals nothing explained when seen: one
+// whose node's Ready condition turned True after it (so the node was not
+// Ready then) is explained; any other is false. Called once the cluster
+// converged, every node Ready again.
+func (c *soakChecker) judgePending(ctx context.Context) {
+	c.mu.Lock()
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	readySince := map[string]time.Time{}
+	var nodes corev1.NodeList
+	if err := cluster.CP.Client.List(ctx, &nodes); err == nil {
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					readySince[n.Name] = cond.LastTransitionTime.Time
+				}
+			}
+		}
+	}
+	for _, w := range pending {
+		// Transition times are kept to the second.
+		explained := readySince[w.node].After(w.at.Add(-time.Second))
+		why := fmt.Sprintf("its node %s was not Ready: Ready again at %s", w.node, readySince[w.node].Format("15:04:05"))
+		if w.record == nil {
+			if !explained {
+				c.mu.Lock()
+				c.quiet = append(c.quiet, "false withdrawal: "+w.line+w.after)
+				c.mu.Unlock()
+			}
+			continue
+		}
+		w.record.mu.Lock()
+		if explained {
+			w.record.withdrawals = append(w.record.withdrawals, w.line+" ("+why+")")
+		} else {
+			w.record.withdrawals = append(w.record.withdrawals, w.line+" (false)")
+			w.record.falseWithdrawals = append(w.record.falseWithdrawals, w.line)
+		}
+		w.record.mu.Unlock()
 	}
 }
 

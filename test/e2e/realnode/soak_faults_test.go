@@ -242,8 +242,20 @@ func apiServerRestartFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, re
 	rec.detail = fmt.Sprintf("kube-apiserver restarted, %s down", down)
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return cluster.CP.RestartAPIServer(rctx, down)
+	if err := cluster.CP.RestartAPIServer(rctx, down); err != nil {
+		return err
+	}
+	// The kubelets could not renew their Leases meanwhile: once the node
+	// lifecycle controller is back, it may find them older than its grace
+	// period and turn nodes NotReady. The fault lasts until that is seen.
+	time.Sleep(aftermath)
+	return nil
 }
+
+// aftermath is how long a fault of the control plane is watched after its
+// heal: the node grace period (10 s here), and as long again for the node
+// lifecycle controller to reconnect and act.
+const aftermath = 25 * time.Second
 
 // etcdPauseFault: etcd frozen (SIGSTOP) for a few seconds.
 func etcdPauseFault(_ context.Context, _ *soakWorld, rng *rand.Rand, rec *faultRecord) error {
@@ -254,7 +266,11 @@ func etcdPauseFault(_ context.Context, _ *soakWorld, rng *rand.Rand, rec *faultR
 		return err
 	}
 	time.Sleep(hold)
-	return resume()
+	if err := resume(); err != nil {
+		return err
+	}
+	time.Sleep(aftermath)
+	return nil
 }
 
 // nodePowerFault: a node loses power (kubelet, containerd, its agent and

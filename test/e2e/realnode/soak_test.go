@@ -78,6 +78,7 @@ func TestSoak(t *testing.T) {
 		if err == nil {
 			err = w.converge(ctx, rec)
 		}
+		checker.judgePending(ctx)
 		checker.end(rec)
 		records = append(records, rec)
 		t.Logf("fault %d %s [%s → healed %s → ended %s]: %s", i, rec.kind, rec.start.Format("15:04:05.000"), rec.healedAt.Format("15:04:05.000"), rec.endAt.Format("15:04:05.000"), rec.summary())
@@ -93,6 +94,7 @@ func TestSoak(t *testing.T) {
 		// charged to no fault, and is a violation.
 		time.Sleep(time.Duration(1+rng.IntN(3)) * time.Second)
 	}
+	checker.judgePending(ctx)
 	quiet := checker.stop()
 	usage := resources.stop()
 	t.Logf("SOAK report (seed %d, %s):\n%s", seed, duration, soakReport(records, quiet, usage))
