@@ -105,19 +105,6 @@ func (r *faultRecord) allowFailures(allow func(soakFailure) bool) {
 	r.allow = allow
 }
 
-// withdrawnSince returns when the checker saw t withdrawn (zero if not).
-func (r *faultRecord) withdrawnSince(t target) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.withdrawnAt[t]
-}
-
-func (r *faultRecord) problem(format string, args ...any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.problems = append(r.problems, fmt.Sprintf(format, args...))
-}
-
 func (r *faultRecord) violations() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
