@@ -110,9 +110,7 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 		if apierrors.IsAlreadyExists(err) {
 			p.takenSliceNames.add(resource, s.Name)
 		}
-		if err == nil {
-			p.written.wrote(resource, s.Name, s.ResourceVersion)
-		}
+		p.written.after(resource, s, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("creating slice %s/%s: %w", s.Namespace, s.Name, err))
 		}
@@ -123,12 +121,7 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 		setAnnotation(s, corev1.EndpointsLastChangeTriggerTime, stamp)
 		err := retry(ctx, func() error { return p.client.Update(ctx, s) })
 		p.metrics.sliceWrite("update", err)
-		switch {
-		case err == nil:
-			p.written.wrote(resource, s.Name, s.ResourceVersion)
-		case apierrors.IsConflict(err):
-			p.written.conflicted(resource)
-		}
+		p.written.after(resource, s, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("updating slice %s/%s: %w", s.Namespace, s.Name, err))
 		}
@@ -145,11 +138,10 @@ func (p *Publisher) write(ctx context.Context, resource types.NamespacedName, ch
 		if apierrors.IsNotFound(err) {
 			err = nil
 		}
-		switch {
-		case err == nil:
+		if err == nil {
 			p.written.deleted(resource, s.Name)
-		case apierrors.IsConflict(err):
-			p.written.conflicted(resource)
+		} else {
+			p.written.after(resource, s, err)
 		}
 		p.metrics.sliceWrite("delete", err)
 		if err != nil {

@@ -123,8 +123,12 @@ func (p *Publisher) selectedPods(ctx context.Context, swh *swhv1alpha1.ServiceWi
 // from the API server while the cache lags behind the agent's own writes
 // (writtenSlices).
 func (p *Publisher) ownSlices(ctx context.Context, swh *swhv1alpha1.ServiceWithHealthchecks) ([]discoveryv1.EndpointSlice, error) {
+	// The live list asks for what the cache holds (app.go selects the
+	// agents' slices of this node), or a foreign slice labelled like ours
+	// would be expected in the cache for ever.
 	mine := []client.ListOption{client.InNamespace(swh.Namespace), client.MatchingLabels{
 		discoveryv1.LabelServiceName: swh.Name,
+		discoveryv1.LabelManagedBy:   endpoints.DefaultManagedBy,
 		endpoints.DefaultNodeLabel:   endpoints.NodeLabelValue(p.nodeName),
 	}}
 	list := &discoveryv1.EndpointSliceList{}

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -19,7 +20,8 @@ type writtenSlices struct {
 	mu sync.Mutex
 	// byResource maps slice names to the resourceVersion expected.
 	byResource map[types.NamespacedName]map[string]string
-	// stale marks resources whose last write conflicted: read live once.
+	// stale marks resources whose cached slices proved wrong: read live,
+	// until the cache shows what that read found.
 	stale map[types.NamespacedName]bool
 }
 
@@ -43,8 +45,25 @@ func (w *writtenSlices) deleted(resource types.NamespacedName, name string) {
 	w.wrote(resource, name, "")
 }
 
-// conflicted marks a resource whose write found its slice changed since
-// the cache's copy: its next plan reads the slices from the API server.
+// after records a create or update's outcome: the resourceVersion
+// answered, or, when the write failed in a way that says the cache was
+// wrong (a conflict, a name taken, a slice gone) or leaves unknown whether
+// it landed (a timeout, a lost answer), that the next plan must read the
+// slices from the API server. A refusal (RBAC, admission, an invalid
+// slice) changed nothing and says nothing of the cache.
+func (w *writtenSlices) after(resource types.NamespacedName, s *discoveryv1.EndpointSlice, err error) {
+	switch {
+	case err == nil:
+		w.wrote(resource, s.Name, s.ResourceVersion)
+	case apierrors.IsForbidden(err), apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
+	default:
+		w.conflicted(resource)
+	}
+}
+
+// conflicted marks a resource whose cached slices proved wrong or whose
+// write may have landed unseen: its plans read the slices from the API
+// server until the cache shows what that read found.
 func (w *writtenSlices) conflicted(resource types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
