@@ -140,11 +140,14 @@ e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) ca
 
 # Real kubelets, containerd and runc run the chart with the images of
 # make images (docs/real-nodes.md); everything inside hack/netns.sh.
+# REALNODE_SOAK runs the soak (TestSoak) that long inside the suite; make
+# test sets a few minutes.
+REALNODE_SOAK ?=
 .PHONY: realnode
-realnode: images ## Real-node suite: the release pushed to a registry, the chart installed from it on real kubelet nodes under traffic (install, upgrade, failover, rollout, node failure).
+realnode: images ## Real-node suite: the release pushed to a registry, the chart installed from it on real kubelet nodes under traffic (install, upgrade, failover, rollout, node failure); REALNODE_SOAK=4m adds a short soak.
 	@hack/build-tools.sh kube-apiserver etcd kube-proxy kube-controller-manager kube-scheduler kubelet helm registry
 	@cd test && go test -c -o $(BIN)/realnode.test ./e2e/realnode/
-	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images bash -c 'cd test/e2e/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=30m $(REALNODE_FLAGS)' $(BIN)/realnode.test
+	@hack/netns.sh env SWH_IMAGES=$(ROOT)/_out/images SOAK_DURATION=$(REALNODE_SOAK) SOAK_SEED=$(SOAK_SEED) bash -c 'cd test/e2e/realnode && exec "$$0" -test.v -test.count=1 -test.timeout=45m $(REALNODE_FLAGS)' $(BIN)/realnode.test
 
 SOAK_DURATION ?= 30m
 SOAK_SEED ?=

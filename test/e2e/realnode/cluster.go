@@ -176,6 +176,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 			// world, which routes to every node's pod range but has no
 			// kube-proxy of its own to translate a ClusterIP.
 			"enable-aggregator-routing": "true",
+			// The slices' watches are served from etcd, not from the watch
+			// cache, so that a compaction expires them (the soak's
+			// watch-expiry fault) as a busy cluster outrunning its cache
+			// window would.
+			"watch-cache-sizes": "endpointslices.discovery.k8s.io#0",
 		},
 	})
 	if err != nil {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,6 +39,8 @@ import (
 //     (soakWorld.converge).
 //  5. The agents and the controller do not grow (soak_resources.go).
 //  6. Nothing is left behind (soakWorld.cleanUp, then the suite's checks).
+//  7. The exclusive port (soakPrimary) never has two ready endpoints,
+//     though all six pods pass its probe; after each fault it has one.
 
 // target is one port of one pod.
 type target struct{ pod, port string }
@@ -167,13 +172,20 @@ type soakChecker struct {
 	nodeReady map[string]bool
 	// pending are withdrawals to judge once the fault ends.
 	pending []pendingWithdrawal
+	// primarySlices are the exclusive port's slices; suspects the moments
+	// it looked ready on two pods, to judge; holder the pod last ready on
+	// it alone; handovers how often that changed.
+	primarySlices map[string]primaryState
+	suspects      []*overlapSuspect
+	holder        string
+	handovers     int
 }
 
 func startSoakChecker(ctx context.Context, t *testing.T, w *soakWorld) *soakChecker {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	c := &soakChecker{w: w, cancel: cancel, slices: map[string]*discoveryv1.EndpointSlice{}, ready: map[target]bool{},
-		podNode: map[string]string{}, deleting: map[string]bool{}, nodeReady: map[string]bool{}}
+		podNode: map[string]string{}, deleting: map[string]bool{}, nodeReady: map[string]bool{}, primarySlices: map[string]primaryState{}}
 	informers, err := cache.New(cluster.CP.Config, cache.Options{Scheme: cluster.CP.Scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
 	if err != nil {
 		t.Fatal(err)
@@ -245,6 +257,10 @@ func (c *soakChecker) onPod(obj any, deleted bool) {
 
 func (c *soakChecker) onSlice(obj any, deleted bool) {
 	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if ok && s.Labels[discoveryv1.LabelServiceName] == soakPrimary {
+		c.onPrimarySlice(s, deleted)
+		return
+	}
 	if !ok || s.Labels[discoveryv1.LabelServiceName] != "soak" {
 		return
 	}
@@ -274,6 +290,129 @@ func (c *soakChecker) onSlice(obj any, deleted bool) {
 		}
 	}
 	c.ready = ready
+}
+
+// onPrimarySlice checks invariant 7: the exclusive port never has two
+// ready endpoints. A watch delivers the slices' writes in etcd's order,
+// but a relist hands them over one by one, so the slices held here may
+// mix revisions for a moment: an overlap is suspected when seen and
+// judged later (judgeOverlaps).
+func (c *soakChecker) onPrimarySlice(s *discoveryv1.EndpointSlice, deleted bool) {
+	now := time.Now()
+	st := primaryState{rv: resourceVersion(s)}
+	if !deleted {
+		for _, e := range s.Endpoints {
+			if e.TargetRef != nil && e.Conditions.Ready != nil && *e.Conditions.Ready {
+				st.ready = append(st.ready, e.TargetRef.Name)
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if deleted {
+		delete(c.primarySlices, s.Name)
+	} else {
+		c.primarySlices[s.Name] = st
+	}
+	for _, sus := range c.suspects {
+		sus.update(s.Name, st)
+	}
+	ready := readyInSlices(c.primarySlices)
+	if len(ready) == 1 && ready[0] != c.holder {
+		if c.holder != "" {
+			c.handovers++
+		}
+		c.holder = ready[0]
+	}
+	if len(ready) < 2 {
+		return
+	}
+	if n := len(c.suspects); n > 0 && !c.suspects[n-1].cleared && slices.Equal(readyInSlices(c.suspects[n-1].slices), ready) {
+		return
+	}
+	sus := &overlapSuspect{record: c.cur, after: c.lastFault(), slices: map[string]primaryState{},
+		line: fmt.Sprintf("%s exclusive port %s ready on %d pods: %s", now.Format("15:04:05.000"), soakPrimaryPort, len(ready), strings.Join(ready, ", "))}
+	for name, x := range c.primarySlices {
+		if len(x.ready) > 0 {
+			sus.slices[name] = x
+			sus.newest = max(sus.newest, x.rv)
+		}
+	}
+	c.suspects = append(c.suspects, sus)
+}
+
+// primaryState is a slice of the exclusive port as last seen: its
+// resourceVersion and the pods ready in it.
+type primaryState struct {
+	rv    int64
+	ready []string
+}
+
+// overlapSuspect is a moment the exclusive port looked ready on two pods,
+// with the slices that made it so. It was real unless a version of one of
+// them older than the newest of the set, seen later, shows that the slice
+// had changed by the time the newest was written.
+type overlapSuspect struct {
+	record      *faultRecord
+	line, after string
+	slices      map[string]primaryState
+	newest      int64
+	cleared     bool
+}
+
+func (o *overlapSuspect) update(name string, st primaryState) {
+	old, ok := o.slices[name]
+	if o.cleared || !ok || st.rv <= old.rv || st.rv >= o.newest {
+		return
+	}
+	o.slices[name] = st
+	if len(readyInSlices(o.slices)) < 2 {
+		o.cleared = true
+	}
+}
+
+// readyInSlices are the pods ready in any of the slices, sorted, once each.
+func readyInSlices(slices map[string]primaryState) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, st := range slices {
+		for _, p := range st.ready {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// resourceVersion is an object's resourceVersion as a number (etcd's
+// revision of its last write); 0 when it is not one.
+func resourceVersion(o metav1.Object) int64 {
+	v, _ := strconv.ParseInt(o.GetResourceVersion(), 10, 64)
+	return v
+}
+
+// judgeOverlaps charges the suspected overlaps no later version cleared
+// to their faults, or to none. Called once the cluster converged, when the
+// watch has caught up.
+func (c *soakChecker) judgeOverlaps() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sus := range c.suspects {
+		if sus.cleared {
+			continue
+		}
+		if r := sus.record; r != nil {
+			r.mu.Lock()
+			r.problems = append(r.problems, sus.line)
+			r.mu.Unlock()
+			continue
+		}
+		c.quiet = append(c.quiet, sus.line+sus.after)
+	}
+	c.suspects = nil
 }
 
 // withdrawn classifies a withdrawal (invariant 2) and times a failing
@@ -335,6 +474,7 @@ type pendingWithdrawal struct {
 // Ready then) is explained; any other is false. Called once the cluster
 // converged, every node Ready again.
 func (c *soakChecker) judgePending(ctx context.Context) {
+	c.judgeOverlaps()
 	c.mu.Lock()
 	pending := c.pending
 	c.pending = nil
@@ -472,11 +612,12 @@ func (c *soakChecker) end(r *faultRecord) {
 }
 
 // stop ends the requests and the informers and returns what broke the
-// invariants outside every fault.
-func (c *soakChecker) stop() []string {
+// invariants outside every fault, and how often the exclusive port
+// changed hands.
+func (c *soakChecker) stop() ([]string, int) {
 	c.cancel()
 	c.wg.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]string(nil), c.quiet...)
+	return append([]string(nil), c.quiet...), c.handovers
 }

@@ -15,6 +15,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -41,12 +42,15 @@ func soakFaults() []soakFault {
 		{"rollout", rolloutFault},
 		{"agent-kill", agentKillFault},
 		{"agent-restart", agentRestartFault},
+		{"agent-upgrade", agentUpgradeFault},
 		{"controller-leader-kill", leaderKillFault},
 		{"apiserver-restart", apiServerRestartFault},
 		{"etcd-pause", etcdPauseFault},
+		{"watch-expiry", watchExpiryFault},
 		{"node-power", nodePowerFault},
 		{"node-cut", nodeCutFault},
 		{"checker-drop", checkerDropFault},
+		{"exclusive-failover", exclusiveFailoverFault},
 	}
 }
 
@@ -178,6 +182,20 @@ func agentRestartFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *f
 	return cluster.CP.Client.Delete(ctx, &victim)
 }
 
+// agentUpgradeFault: helm upgrade with a changed agent pod template rolls
+// the agents one node at a time, as an upgrade to a new version does, and
+// waits until the release is Ready (--wait). Nothing is withdrawn and no
+// request fails.
+func agentUpgradeFault(ctx context.Context, _ *soakWorld, _ *rand.Rand, rec *faultRecord) error {
+	rec.detail = "helm upgrade rolls the agents"
+	rec.convergeBound = 5 * time.Minute
+	out, err := cluster.InstallChart(ctx, true, "controller.replicas=2", fmt.Sprintf("agent.podAnnotations.soak-upgrade=u%d", rec.seq))
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, out)
+	}
+	return nil
+}
+
 // leaderKillFault: SIGKILL to the controller replica that holds the
 // leader Lease; the other takes over once the Lease expires.
 func leaderKillFault(ctx context.Context, _ *soakWorld, _ *rand.Rand, rec *faultRecord) error {
@@ -271,6 +289,74 @@ func etcdPauseFault(_ context.Context, _ *soakWorld, rng *rand.Rand, rec *faultR
 	}
 	time.Sleep(aftermath)
 	return nil
+}
+
+// watchExpiryFault: etcd's history is compacted to its current revision
+// and every connection to kube-apiserver is reset. The watches of the
+// slices (served from etcd, not the watch cache, in this cluster) resume
+// from versions that no longer exist, are told 410 Gone and relist; the
+// others resume from the watch cache. Nothing is withdrawn and no request
+// fails.
+func watchExpiryFault(ctx context.Context, _ *soakWorld, _ *rand.Rand, rec *faultRecord) error {
+	before, err := sliceRelists(ctx)
+	if err != nil {
+		return err
+	}
+	rev, err := cluster.CP.CompactEtcd(ctx)
+	if err != nil {
+		return err
+	}
+	conns, err := cluster.CP.DropClientConnections()
+	if err != nil {
+		return err
+	}
+	rec.detail = fmt.Sprintf("etcd compacted at revision %d, %d connections to kube-apiserver reset", rev, conns)
+	// Every node's kube-proxy watches every slice, and so do others (the
+	// kube-controller-manager's slice controllers, the test's informers):
+	// at least as many relists as nodes show that the watches expired.
+	var relists float64
+	err = waitFor(ctx, 30*time.Second, func() error {
+		after, err := sliceRelists(ctx)
+		if err != nil {
+			return err
+		}
+		if relists = after - before; relists < float64(len(cluster.Nodes)) {
+			return fmt.Errorf("%.0f relists of the slices since the compaction, want %d at least", relists, len(cluster.Nodes))
+		}
+		return nil
+	})
+	rec.detail += fmt.Sprintf(", %.0f relists of the slices", relists)
+	time.Sleep(5 * time.Second)
+	return err
+}
+
+// sliceRelists is how many times kube-apiserver served the whole of the
+// EndpointSlices: LIST requests, and watches that list first
+// (sendInitialEvents, client-go's WatchListClient, on by default since
+// 1.35), counted once their initial events ended.
+func sliceRelists(ctx context.Context) (float64, error) {
+	cs, err := kubernetes.NewForConfig(cluster.CP.Config)
+	if err != nil {
+		return 0, err
+	}
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("kube-apiserver's metrics: %w", err)
+	}
+	var n float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		lists := strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `verb="LIST"`)
+		watchLists := strings.HasPrefix(line, "apiserver_watch_list_duration_seconds_count{")
+		if !(lists || watchLists) || !strings.Contains(line, `resource="endpointslices"`) {
+			continue
+		}
+		if i := strings.LastIndexByte(line, ' '); i > 0 {
+			if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+				n += v
+			}
+		}
+	}
+	return n, nil
 }
 
 // nodePowerFault: a node loses power (kubelet, containerd, its agent and
@@ -413,4 +499,48 @@ func nft(n *realnode.Node, rules string) error {
 		return err
 	}
 	return n.NS.Run("nft", "-f", f.Name())
+}
+
+// exclusiveFailoverFault: the pod holding the exclusive port fails its
+// check (8080: its http port fails too) until another pod holds the port.
+// Its agent withdraws it and frees the Lease, and another pod takes over
+// within soakDetect + soakHandover: no Lease runs out (that bound, the
+// Lease's duration more, is for a holder whose agent cannot withdraw).
+// Never two ready (invariant 7).
+func exclusiveFailoverFault(ctx context.Context, w *soakWorld, _ *rand.Rand, rec *faultRecord) error {
+	pods, err := w.pods(ctx)
+	if err != nil {
+		return err
+	}
+	holder, err := w.primary(ctx, pods)
+	if err != nil {
+		return err
+	}
+	at := time.Now()
+	rec.failTarget(target{holder.Name, "http"}, at)
+	rec.allowFailures(func(f soakFailure) bool {
+		return f.pod == holder.Name && f.port == "http" && f.at.Before(at.Add(soakDetect+soakPropagate))
+	})
+	if err := control(ctx, holder, 8080, "fail"); err != nil {
+		return err
+	}
+	bound := soakDetect + soakHandover
+	var next corev1.Pod
+	err = waitFor(ctx, soakDetect+2*soakPrimaryLease, func() error {
+		p, err := w.primary(ctx, pods)
+		if err != nil {
+			return err
+		}
+		if p.Name == holder.Name {
+			return fmt.Errorf("%s still holds the exclusive port", p.Name)
+		}
+		next = p
+		return nil
+	})
+	took := time.Since(at)
+	rec.detail = fmt.Sprintf("primary %s on %s fails; %s on %s took over after %s", holder.Name, holder.Spec.NodeName, next.Name, next.Spec.NodeName, took.Round(10*time.Millisecond))
+	if err == nil && took > bound {
+		err = fmt.Errorf("the exclusive port moved %s after its holder failed, over its bound %s", took.Round(10*time.Millisecond), bound)
+	}
+	return errors.Join(err, control(ctx, holder, 8080, "recover"))
 }

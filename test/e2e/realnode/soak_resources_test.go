@@ -169,12 +169,15 @@ func (u resourceUsage) judged() []string {
 	return keys
 }
 
-func (u resourceUsage) violations() []string {
+// violations: growth of any process judged; and, when requireJudged, no
+// process judged at all (a short run whose faults restarted every series,
+// an agent upgrade and a leader kill late in it, judges none).
+func (u resourceUsage) violations(requireJudged bool) []string {
 	var out []string
 	if u.clientErr != nil {
 		out = append(out, "no client to read the metrics: "+u.clientErr.Error())
 	}
-	if len(u.judged()) == 0 {
+	if requireJudged && len(u.judged()) == 0 {
 		out = append(out, fmt.Sprintf("no process was read 4 times over 2 minutes (%d processes, %d failed readings: %q)", len(u.samples), u.errors, u.firstErrors))
 	}
 	for _, k := range u.judged() {

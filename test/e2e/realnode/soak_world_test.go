@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,7 +40,14 @@ func startSoakWorld(ctx context.Context, t *testing.T) *soakWorld {
 	pods := waitAvailable(ctx, t, ns, d.Name, int(*d.Spec.Replicas))
 	svc := resource(ctx, t, ns, "soak", "soak", soakResource)
 	waitReadyPods(ctx, t, ns, "soak", pods)
+	resource(ctx, t, ns, soakPrimary, "soak", soakPrimaryResource)
 	w := &soakWorld{ns: ns, clusterIP: svc.Spec.ClusterIP}
+	if err := waitFor(ctx, time.Minute, func() error {
+		_, err := w.primary(ctx, pods)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { w.restorePorts() })
 	return w
 }
@@ -101,6 +109,9 @@ func (w *soakWorld) converge(ctx context.Context, rec *faultRecord) error {
 				}
 			}
 		}
+		if _, err := w.primary(ctx, pods); err != nil {
+			return err
+		}
 		last = pods
 		return nil
 	})
@@ -121,6 +132,24 @@ func (w *soakWorld) converge(ctx context.Context, rec *faultRecord) error {
 		return fmt.Errorf("converged %s after the heal, over its bound %s", rec.converged.Round(100*time.Millisecond), bound)
 	}
 	return nil
+}
+
+// primary returns the one pod published ready on the exclusive port, or
+// why there is not exactly one among pods.
+func (w *soakWorld) primary(ctx context.Context, pods []corev1.Pod) (corev1.Pod, error) {
+	ready, err := readyEndpoints(ctx, w.ns, soakPrimary)
+	if err != nil {
+		return corev1.Pod{}, err
+	}
+	if len(ready) != 1 {
+		return corev1.Pod{}, fmt.Errorf("exclusive port %s: %d ready endpoints, want 1: %v", soakPrimaryPort, len(ready), ready)
+	}
+	for _, p := range pods {
+		if ready[p.Status.PodIP] == p.Name {
+			return p, nil
+		}
+	}
+	return corev1.Pod{}, fmt.Errorf("exclusive port %s: ready on %v, not one of the running pods", soakPrimaryPort, ready)
 }
 
 // chartSettled reports why the nodes or the chart's pods are not all
@@ -210,14 +239,16 @@ func (w *soakWorld) restorePorts() {
 	}
 }
 
-// cleanUp deletes the resource and the workload and checks that nothing
-// of them is left: no Service, no slice, no pod.
+// cleanUp deletes the resources and the workload and checks that nothing
+// of them is left: no Service, no slice, no Lease, no pod.
 func (w *soakWorld) cleanUp(ctx context.Context) error {
 	r := &swhv1alpha1.ServiceWithHealthchecks{}
 	r.Namespace, r.Name = w.ns, "soak"
+	primary := &swhv1alpha1.ServiceWithHealthchecks{}
+	primary.Namespace, primary.Name = w.ns, soakPrimary
 	d := &appsv1.Deployment{}
 	d.Namespace, d.Name = w.ns, "soak"
-	for _, o := range []client.Object{r, d} {
+	for _, o := range []client.Object{r, primary, d} {
 		if err := cluster.CP.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
@@ -237,6 +268,13 @@ func (w *soakWorld) cleanUp(ctx context.Context) error {
 		}
 		for _, s := range svcs.Items {
 			left = append(left, "Service "+s.Name)
+		}
+		var leases coordinationv1.LeaseList
+		if err := cluster.CP.Client.List(ctx, &leases, client.InNamespace(w.ns)); err != nil {
+			return err
+		}
+		for _, l := range leases.Items {
+			left = append(left, "Lease "+l.Name)
 		}
 		var pods corev1.PodList
 		if err := cluster.CP.Client.List(ctx, &pods, client.InNamespace(w.ns)); err != nil {
