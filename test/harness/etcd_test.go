@@ -42,8 +42,12 @@ func TestCompactEtcdExpiresWatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "second"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	// A watch from first's version starts at second's revision: one write
+	// more, so that a compaction at the current revision removes it.
+	for _, name := range []string{"second", "third"} {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Before the compaction, the old version can be watched from.
