@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -521,9 +523,14 @@ func (c *soakChecker) send(ctx context.Context, n *realnode.Node, p soakPort) {
 	url := fmt.Sprintf("http://%s:%d/", c.w.clusterIP, p.port)
 	for ctx.Err() == nil {
 		sent := time.Now()
-		pod, err := soakGet(ctx, hc, url)
+		var connected atomic.Bool
+		tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }})
+		pod, err := soakGet(tctx, hc, url)
 		if ctx.Err() != nil {
 			return
+		}
+		if err != nil && pod == "" {
+			err = fmt.Errorf("%w (%s)", err, c.unanswered(n, p, connected.Load()))
 		}
 		c.mu.Lock()
 		r := c.cur
@@ -542,6 +549,29 @@ func (c *soakChecker) send(ctx context.Context, n *realnode.Node, p soakPort) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// unanswered says why a request got no answer, as far as the node can
+// tell: whether its connection was made, and the node's conntrack entries
+// of the port's connections still waiting for the server's SYN-ACK, with
+// the pod each was sent to (a stale entry a new connection reuses sends
+// it to that pod).
+func (c *soakChecker) unanswered(n *realnode.Node, p soakPort, connected bool) string {
+	state := "not connected"
+	if connected {
+		state = "connected, no answer"
+	}
+	out, err := n.NS.Output("conntrack", "-L", "-p", "tcp", "--state", "SYN_SENT", "-d", c.w.clusterIP, "--dport", strconv.Itoa(int(p.port)))
+	if err != nil {
+		return state + "; conntrack: " + err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "tcp") && len(lines) < 4 {
+			lines = append(lines, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	return fmt.Sprintf("%s; %d SYN_SENT to the port: %s", state, len(lines), strings.Join(lines, " | "))
 }
 
 // soakGet returns the pod that answered (the body's first word) and an

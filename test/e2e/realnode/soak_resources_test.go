@@ -34,7 +34,8 @@ type resourceUsage struct {
 }
 
 // Growth limits of a process between its second reading (after start-up)
-// and its last, for processes read 4 times over 2 minutes at least.
+// and its last three (settled), for processes read 4 times over 2 minutes
+// at least.
 const (
 	growthGoroutines = 30  // plus 50%
 	growthFDs        = 20  // plus 50%
@@ -182,7 +183,7 @@ func (u resourceUsage) violations(requireJudged bool) []string {
 	}
 	for _, k := range u.judged() {
 		ss := u.samples[k]
-		first, last := ss[1], ss[len(ss)-1]
+		first, last := ss[1], settled(ss)
 		if last.goroutines > first.goroutines*1.5+growthGoroutines {
 			out = append(out, fmt.Sprintf("%s: goroutines %v → %v", k, first.goroutines, last.goroutines))
 		}
@@ -196,6 +197,20 @@ func (u resourceUsage) violations(requireJudged bool) []string {
 	return out
 }
 
+// settled is where a process ended up: the least of each figure over its
+// last three readings. A fault under way at the last reading (connections
+// to an API server that is restarting, their goroutines) passes; a leak
+// stays in all three.
+func settled(ss []resourceSample) resourceSample {
+	last := ss[len(ss)-1]
+	for _, x := range ss[max(len(ss)-3, 1):] {
+		last.goroutines = min(last.goroutines, x.goroutines)
+		last.fds = min(last.fds, x.fds)
+		last.rss = min(last.rss, x.rss)
+	}
+	return last
+}
+
 // String: per process judged, its readings from the second to the last.
 func (u resourceUsage) String() string {
 	var b strings.Builder
@@ -203,7 +218,7 @@ func (u resourceUsage) String() string {
 	fmt.Fprintf(&b, "processes read every 15 s: %d (%d judged, read 4 times over 2 minutes or more), %d failed readings\n", len(u.samples), len(judged), u.errors)
 	for _, k := range judged {
 		ss := u.samples[k]
-		first, last := ss[1], ss[len(ss)-1]
+		first, last := ss[1], settled(ss)
 		fmt.Fprintf(&b, "  %s over %s: goroutines %.0f → %.0f, open files %.0f → %.0f, RSS %.1f → %.1f MiB\n", k, last.at.Sub(first.at).Round(time.Second),
 			first.goroutines, last.goroutines, first.fds, last.fds, first.rss/(1<<20), last.rss/(1<<20))
 	}
