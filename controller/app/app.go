@@ -203,7 +203,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &nodehealth.Withdrawer{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: nm}
+	w := &nodehealth.Withdrawer{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner), Metrics: nm}
 	if err := w.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("registering the node health controller: %w", err)
 	}

@@ -34,6 +34,10 @@ type Withdrawer struct {
 	// Client reads from the manager's cache (nodes, the agents' slices,
 	// Services, resources) and writes slices.
 	Client client.Client
+	// APIReader reads the API server itself: a node the cache says is not
+	// Ready is confirmed there before its endpoints are withdrawn. May be
+	// nil (the cache is trusted).
+	APIReader client.Reader
 	// Recorder emits events on the resources.
 	Recorder events.EventRecorder
 	// Metrics may be nil.
@@ -123,6 +127,7 @@ func (w *Withdrawer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	since := readySince(node)
 	withdrawn := map[types.NamespacedName]int{}
+	confirmed := false
 	var errs []error
 	for i := range list.Items {
 		s := list.Items[i].DeepCopy()
@@ -146,6 +151,20 @@ func (w *Withdrawer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 			s.Annotations[corev1.EndpointsLastChangeTriggerTime] = since.UTC().Format(time.RFC3339)
 		}
+		if !confirmed {
+			// The cache may lag the node (its watch reconnecting after an
+			// API server restart): a node Ready again, whose agent has
+			// just published its endpoints again, would be withdrawn once
+			// more on the cache's word. One read, before the first write.
+			ready, err := w.readyNow(ctx, node.Name)
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			if ready {
+				return ctrl.Result{}, nil
+			}
+			confirmed = true
+		}
 		// An update with the slice's resourceVersion: if the agent wrote
 		// in between, this one fails and the slice's event brings the
 		// node back here with the agent's version.
@@ -161,6 +180,22 @@ func (w *Withdrawer) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	w.report(ctx, node, since, withdrawn)
 	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// readyNow reports whether the API server has the node Ready (or has it
+// no more): its endpoints are then left to its agent.
+func (w *Withdrawer) readyNow(ctx context.Context, name string) (bool, error) {
+	if w.APIReader == nil {
+		return false, nil
+	}
+	live := &corev1.Node{}
+	if err := w.APIReader.Get(ctx, types.NamespacedName{Name: name}, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, fmt.Errorf("reading node %s from the API server: %w", name, err)
+	}
+	return !endpoints.NodeNotReady(live), nil
 }
 
 // publishesNotReady reports whether a resource's child Service publishes
