@@ -150,22 +150,64 @@ func settle(t testing.TB) {
 		t.Fatal(err)
 	}
 	harness.Eventually(t, 3*time.Minute, "the chart's pods ready", func() error {
-		var ds appsv1.DaemonSet
-		if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-agent"}, &ds); err != nil {
-			return err
-		}
-		if n := int32(len(cluster.Nodes)); ds.Status.NumberReady != n || ds.Status.UpdatedNumberScheduled != n {
-			return fmt.Errorf("agents: %d ready, %d updated of %d", ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled, n)
-		}
-		var dep appsv1.Deployment
-		if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &dep); err != nil {
-			return err
-		}
-		if dep.Status.ReadyReplicas != 2 || dep.Status.Replicas != 2 {
-			return fmt.Errorf("controller: %d ready of %d replicas", dep.Status.ReadyReplicas, dep.Status.Replicas)
-		}
-		return nil
+		return chartReady(ctx, false)
 	})
+}
+
+// chartReady reports why an agent is not ready on every node or the two
+// controller replicas are not ready. With backOffSettles, a controller
+// replica kubelet holds in crash-loop back-off counts as settled once the
+// other is Ready: each kill of the leader, each lost lead, restarts one and
+// the back-off doubles from 10 s to 5 minutes, which is kubelet's wait, not
+// the system's.
+func chartReady(ctx context.Context, backOffSettles bool) error {
+	var ds appsv1.DaemonSet
+	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-agent"}, &ds); err != nil {
+		return err
+	}
+	if n := int32(len(cluster.Nodes)); ds.Status.NumberReady != n || ds.Status.UpdatedNumberScheduled != n {
+		return fmt.Errorf("agents: %d ready, %d updated of %d", ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled, n)
+	}
+	var dep appsv1.Deployment
+	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &dep); err != nil {
+		return err
+	}
+	if dep.Status.Replicas == 2 && dep.Status.ReadyReplicas == 2 {
+		return nil
+	}
+	notReady := fmt.Errorf("controller: %d ready of %d replicas", dep.Status.ReadyReplicas, dep.Status.Replicas)
+	if !backOffSettles || dep.Status.Replicas != 2 {
+		return notReady
+	}
+	var pods corev1.PodList
+	if err := cluster.CP.Client.List(ctx, &pods, client.InNamespace(realnode.ChartNamespace), client.MatchingLabels{"app.kubernetes.io/component": "controller"}); err != nil {
+		return err
+	}
+	ready, backingOff := 0, 0
+	for _, p := range pods.Items {
+		switch {
+		case p.DeletionTimestamp != nil:
+		case podReady(&p):
+			ready++
+		case crashLoopBackOff(p):
+			backingOff++
+		}
+	}
+	if ready == 0 || ready+backingOff != 2 {
+		return fmt.Errorf("%w (%d in crash-loop back-off)", notReady, backingOff)
+	}
+	return nil
+}
+
+// crashLoopBackOff reports whether kubelet waits to restart a container of
+// the pod after it exited.
+func crashLoopBackOff(p corev1.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Waiting != nil && c.State.Waiting.Reason == "CrashLoopBackOff" {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeConditions lists every node's Ready condition.

@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	swhv1alpha1 "github.com/swh-dev/swh/api/v1alpha1"
-	"github.com/swh-dev/swh/test/e2e/realnode"
 )
 
 // soakWorld is what the soak runs on: the workload and its resources.
@@ -174,56 +173,7 @@ func chartSettled(ctx context.Context) error {
 			return fmt.Errorf("node %s not Ready", n.Name)
 		}
 	}
-	var ds appsv1.DaemonSet
-	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-agent"}, &ds); err != nil {
-		return err
-	}
-	if n := int32(len(cluster.Nodes)); ds.Status.NumberReady != n || ds.Status.UpdatedNumberScheduled != n {
-		return fmt.Errorf("agents: %d ready, %d updated of %d", ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled, n)
-	}
-	var dep appsv1.Deployment
-	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &dep); err != nil {
-		return err
-	}
-	if dep.Status.Replicas != 2 {
-		return fmt.Errorf("controller: %d replicas", dep.Status.Replicas)
-	}
-	if dep.Status.ReadyReplicas == 2 {
-		return nil
-	}
-	// A replica kubelet holds in crash-loop back-off (each kill of the
-	// leader, each lost lead, restarts one: the back-off doubles from 10 s
-	// to 5 minutes) is kubelet's wait, not the system's: it counts as
-	// settled once the other replica is Ready.
-	var pods corev1.PodList
-	if err := cluster.CP.Client.List(ctx, &pods, client.InNamespace(realnode.ChartNamespace), client.MatchingLabels{"app.kubernetes.io/component": "controller"}); err != nil {
-		return err
-	}
-	ready, backingOff := 0, 0
-	for _, p := range pods.Items {
-		switch {
-		case p.DeletionTimestamp != nil:
-		case podReady(&p):
-			ready++
-		case crashLoopBackOff(p):
-			backingOff++
-		}
-	}
-	if ready == 0 || ready+backingOff != 2 {
-		return fmt.Errorf("controller: %d ready of %d replicas (%d in crash-loop back-off)", dep.Status.ReadyReplicas, dep.Status.Replicas, backingOff)
-	}
-	return nil
-}
-
-// crashLoopBackOff reports whether kubelet waits to restart a container of
-// the pod after it exited.
-func crashLoopBackOff(p corev1.Pod) bool {
-	for _, c := range p.Status.ContainerStatuses {
-		if c.State.Waiting != nil && c.State.Waiting.Reason == "CrashLoopBackOff" {
-			return true
-		}
-	}
-	return false
+	return chartReady(ctx, true)
 }
 
 func nodeReady(n *corev1.Node) bool {
