@@ -165,12 +165,18 @@ func chartReady(ctx context.Context, backOffSettles bool) error {
 	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-agent"}, &ds); err != nil {
 		return err
 	}
+	if ds.Status.ObservedGeneration != ds.Generation {
+		return fmt.Errorf("agents: DaemonSet generation %d not yet observed", ds.Generation)
+	}
 	if n := int32(len(cluster.Nodes)); ds.Status.NumberReady != n || ds.Status.UpdatedNumberScheduled != n {
 		return fmt.Errorf("agents: %d ready, %d updated of %d", ds.Status.NumberReady, ds.Status.UpdatedNumberScheduled, n)
 	}
 	var dep appsv1.Deployment
 	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: realnode.ChartNamespace, Name: "swh-controller"}, &dep); err != nil {
 		return err
+	}
+	if dep.Status.ObservedGeneration != dep.Generation {
+		return fmt.Errorf("controller: Deployment generation %d not yet observed", dep.Generation)
 	}
 	if dep.Status.Replicas == 2 && dep.Status.ReadyReplicas == 2 {
 		return nil

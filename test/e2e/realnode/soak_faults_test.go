@@ -187,6 +187,12 @@ func agentRestartFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *f
 // waits until the release is Ready (--wait). Nothing is withdrawn and no
 // request fails.
 func agentUpgradeFault(ctx context.Context, _ *soakWorld, _ *rand.Rand, rec *faultRecord) error {
+	// helm --wait waits for every workload of the release, the
+	// controller's too: one replica in crash-loop back-off (an earlier
+	// fault's) would hold it up to five minutes.
+	if err := chartReady(ctx, false); err != nil {
+		return errNotNow
+	}
 	rec.detail = "helm upgrade rolls the agents"
 	rec.convergeBound = 5 * time.Minute
 	out, err := cluster.InstallChart(ctx, true, "controller.replicas=2", fmt.Sprintf("agent.podAnnotations.soak-upgrade=u%d", rec.seq))

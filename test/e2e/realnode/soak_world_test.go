@@ -23,6 +23,7 @@ import (
 type soakWorld struct {
 	ns        string
 	clusterIP string
+	barrier   *proxyBarrier
 }
 
 func startSoakWorld(ctx context.Context, t *testing.T) *soakWorld {
@@ -36,7 +37,11 @@ func startSoakWorld(ctx context.Context, t *testing.T) *soakWorld {
 	svc := resource(ctx, t, ns, "soak", "soak", soakResource)
 	waitReadyPods(ctx, t, ns, "soak", pods)
 	resource(ctx, t, ns, soakPrimary, "soak", soakPrimaryResource)
-	w := &soakWorld{ns: ns, clusterIP: svc.Spec.ClusterIP}
+	barrier, err := newProxyBarrier(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &soakWorld{ns: ns, clusterIP: svc.Spec.ClusterIP, barrier: barrier}
 	if err := waitFor(ctx, time.Minute, func() error {
 		_, err := w.primary(ctx, pods)
 		return err
@@ -65,7 +70,8 @@ func (w *soakWorld) pods(ctx context.Context) ([]corev1.Pod, error) {
 // converge waits until the cluster is whole again after a fault: every node
 // and the chart's pods Ready, six workload pods running, each published
 // ready on both ports (and nothing else), and kube-proxy on every node
-// sending to them. It records how long that took after the heal.
+// sending to them and to nothing else, its watch live (proxyBarrier). It
+// records how long that took after the heal.
 func (w *soakWorld) converge(ctx context.Context, rec *faultRecord) error {
 	bound := rec.convergeBound
 	if bound == 0 {
@@ -95,6 +101,9 @@ func (w *soakWorld) converge(ctx context.Context, rec *faultRecord) error {
 	defer cancel()
 	if err := cluster.WaitProgrammed(pctx, w.clusterIP, addrs...); err != nil {
 		return fmt.Errorf("kube-proxy rules after the heal: %w", err)
+	}
+	if err := w.barrier.pass(ctx, max(bound-time.Since(rec.healedAt), 30*time.Second)); err != nil {
+		return err
 	}
 	rec.converged = time.Since(rec.healedAt)
 	if rec.converged > bound {
@@ -241,7 +250,7 @@ func (w *soakWorld) cleanUp(ctx context.Context) error {
 	primary.Namespace, primary.Name = w.ns, soakPrimary
 	d := &appsv1.Deployment{}
 	d.Namespace, d.Name = w.ns, "soak"
-	for _, o := range []client.Object{r, primary, d} {
+	for _, o := range append([]client.Object{r, primary, d}, w.barrier.objects()...) {
 		if err := cluster.CP.Client.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
