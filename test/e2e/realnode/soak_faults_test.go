@@ -190,7 +190,7 @@ func agentUpgradeFault(ctx context.Context, _ *soakWorld, _ *rand.Rand, rec *fau
 	// helm --wait waits for every workload of the release, the
 	// controller's too: one replica in crash-loop back-off (an earlier
 	// fault's) would hold it up to five minutes.
-	if err := chartReady(ctx, false); err != nil {
+	if !redundant(ctx) {
 		return errNotNow
 	}
 	rec.detail = "helm upgrade rolls the agents"
@@ -370,6 +370,9 @@ func sliceRelists(ctx context.Context) (float64, error) {
 // controller withdrew them (once the node turned NotReady) and kube-proxy
 // followed; none after.
 func nodePowerFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	if !redundant(ctx) {
+		return errNotNow
+	}
 	n := pick(rng, cluster.Nodes)
 	pods, err := w.pods(ctx)
 	if err != nil {
@@ -425,11 +428,23 @@ func nodePowerFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faul
 	return errors.Join(werr, perr)
 }
 
+// redundant reports whether both controller replicas are Ready. A node
+// lost takes the replica it runs with it, and only the controller
+// withdraws a lost node's endpoints: with the other replica in kubelet's
+// crash-loop back-off (an earlier fault's, up to five minutes), that is
+// two faults at once, and the soak injects one at a time.
+func redundant(ctx context.Context) bool {
+	return chartReady(ctx, false) == nil
+}
+
 // nodeCutFault: a node cannot reach the API server (its kubelet, agent
 // and kube-proxy), while its pods keep running. The node turns NotReady
 // and the controller withdraws its endpoints; no request fails (the pods
 // answer). Healed, the node's agent publishes them again.
 func nodeCutFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	if !redundant(ctx) {
+		return errNotNow
+	}
 	n := pick(rng, cluster.Nodes)
 	u, err := url.Parse(cluster.CP.Config.Host)
 	if err != nil {
