@@ -98,5 +98,5 @@ hack/netns.sh env GOPROXY=off GOFLAGS=-mod=readonly bash -c 'cd test/peers && go
 step "end-to-end suite: upstream kube-proxy and kube-controller-manager carry real requests"
 make --no-print-directory e2e
 
-step "real-node suite: the chart on upstream kubelets with containerd and runc, then a 4-minute soak"
+step "real-node suite: the chart on upstream kubelets with containerd and runc, and a 4-minute soak"
 make --no-print-directory realnode REALNODE_SOAK=4m

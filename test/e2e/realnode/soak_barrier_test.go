@@ -78,8 +78,10 @@ func (b *proxyBarrier) pass(ctx context.Context, timeout time.Duration) error {
 	}); err != nil {
 		return fmt.Errorf("moving the barrier's endpoint: %w", err)
 	}
-	if err := waitFor(ctx, timeout, func() error {
-		return cluster.WaitProgrammed(ctx, b.clusterIP, addr)
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := waitFor(wctx, timeout, func() error {
+		return cluster.WaitProgrammed(wctx, b.clusterIP, addr)
 	}); err != nil {
 		return fmt.Errorf("barrier: a kube-proxy's watch on the slices is not live %s after a write: %w", timeout, err)
 	}

@@ -25,32 +25,35 @@ import (
 )
 
 // soakFault is one kind of fault: run injects it, holds it a while and
-// heals it, telling rec what it did and which failures it explains.
+// heals it, telling rec what it did and which failures it explains. When
+// possible is set and says no, the fault cannot be injected in the
+// cluster's present state and another is drawn (before anything is
+// charged to it).
 type soakFault struct {
-	name string
-	run  func(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error
+	name     string
+	run      func(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error
+	possible func(ctx context.Context, w *soakWorld) bool
 }
-
-// errNotNow: the fault cannot be injected in the cluster's present state
-// (another is drawn).
-var errNotNow = errors.New("not possible now")
 
 func soakFaults() []soakFault {
 	return []soakFault{
-		{"backend-port", backendPortFault},
-		{"pod-delete", podDeleteFault},
-		{"rollout", rolloutFault},
-		{"agent-kill", agentKillFault},
-		{"agent-restart", agentRestartFault},
-		{"agent-upgrade", agentUpgradeFault},
-		{"controller-leader-kill", leaderKillFault},
-		{"apiserver-restart", apiServerRestartFault},
-		{"etcd-pause", etcdPauseFault},
-		{"watch-expiry", watchExpiryFault},
-		{"node-power", nodePowerFault},
-		{"node-cut", nodeCutFault},
-		{"checker-drop", checkerDropFault},
-		{"exclusive-failover", exclusiveFailoverFault},
+		{"backend-port", backendPortFault, nil},
+		{"pod-delete", podDeleteFault, nil},
+		{"rollout", rolloutFault, nil},
+		{"agent-kill", agentKillFault, nil},
+		{"agent-restart", agentRestartFault, nil},
+		{"agent-upgrade", agentUpgradeFault, redundant},
+		{"controller-leader-kill", leaderKillFault, nil},
+		{"apiserver-restart", apiServerRestartFault, nil},
+		{"etcd-pause", etcdPauseFault, nil},
+		{"watch-expiry", watchExpiryFault, nil},
+		{"node-power", nodePowerFault, redundant},
+		{"node-cut", nodeCutFault, redundant},
+		{"checker-drop", checkerDropFault, func(ctx context.Context, w *soakWorld) bool {
+			agents, _ := checkerDropCandidates(ctx, w)
+			return len(agents) > 0
+		}},
+		{"exclusive-failover", exclusiveFailoverFault, nil},
 	}
 }
 
@@ -185,14 +188,11 @@ func agentRestartFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *f
 // agentUpgradeFault: helm upgrade with a changed agent pod template rolls
 // the agents one node at a time, as an upgrade to a new version does, and
 // waits until the release is Ready (--wait). Nothing is withdrawn and no
-// request fails.
+// request fails. It is drawn only while both controller replicas are
+// Ready: --wait waits for every workload of the release, and a replica in
+// crash-loop back-off (an earlier fault's) would hold it up to five
+// minutes.
 func agentUpgradeFault(ctx context.Context, _ *soakWorld, _ *rand.Rand, rec *faultRecord) error {
-	// helm --wait waits for every workload of the release, the
-	// controller's too: one replica in crash-loop back-off (an earlier
-	// fault's) would hold it up to five minutes.
-	if !redundant(ctx) {
-		return errNotNow
-	}
 	rec.detail = "helm upgrade rolls the agents"
 	rec.convergeBound = 5 * time.Minute
 	out, err := cluster.InstallChart(ctx, true, "controller.replicas=2", fmt.Sprintf("agent.podAnnotations.soak-upgrade=u%d", rec.seq))
@@ -370,9 +370,6 @@ func sliceRelists(ctx context.Context) (float64, error) {
 // controller withdrew them (once the node turned NotReady) and kube-proxy
 // followed; none after.
 func nodePowerFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error {
-	if !redundant(ctx) {
-		return errNotNow
-	}
 	n := pick(rng, cluster.Nodes)
 	pods, err := w.pods(ctx)
 	if err != nil {
@@ -433,7 +430,7 @@ func nodePowerFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faul
 // withdraws a lost node's endpoints: with the other replica in kubelet's
 // crash-loop back-off (an earlier fault's, up to five minutes), that is
 // two faults at once, and the soak injects one at a time.
-func redundant(ctx context.Context) bool {
+func redundant(ctx context.Context, _ *soakWorld) bool {
 	return chartReady(ctx, false) == nil
 }
 
@@ -442,9 +439,6 @@ func redundant(ctx context.Context) bool {
 // and the controller withdraws its endpoints; no request fails (the pods
 // answer). Healed, the node's agent publishes them again.
 func nodeCutFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *faultRecord) error {
-	if !redundant(ctx) {
-		return errNotNow
-	}
 	n := pick(rng, cluster.Nodes)
 	u, err := url.Parse(cluster.CP.Config.Host)
 	if err != nil {
@@ -464,15 +458,12 @@ func nodeCutFault(ctx context.Context, _ *soakWorld, rng *rand.Rand, rec *faultR
 	return n.NS.Run("nft", "delete", "table", "inet", "swh-soak-cut")
 }
 
-// checkerDropFault: the network drops every probe of one node's agent
-// (its pod's packets to the node's pods), as a NetworkPolicy or a node
-// firewall gone wrong would; the pods still serve. The agent fails
-// static: nothing is withdrawn and no request fails. Needs two workload
-// pods on the node at least (the rule's limit, docs/concepts.md).
-func checkerDropFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+// checkerDropCandidates returns the agents whose node runs two workload
+// pods at least, and how many each node runs.
+func checkerDropCandidates(ctx context.Context, w *soakWorld) ([]corev1.Pod, map[string]int) {
 	pods, err := w.pods(ctx)
 	if err != nil {
-		return err
+		return nil, nil
 	}
 	perNode := map[string]int{}
 	for _, p := range pods {
@@ -480,7 +471,7 @@ func checkerDropFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *fa
 	}
 	agents, err := chartPods(ctx, "agent")
 	if err != nil {
-		return err
+		return nil, nil
 	}
 	var candidates []corev1.Pod
 	for _, a := range agents {
@@ -488,8 +479,18 @@ func checkerDropFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *fa
 			candidates = append(candidates, a)
 		}
 	}
+	return candidates, perNode
+}
+
+// checkerDropFault: the network drops every probe of one node's agent
+// (its pod's packets to the node's pods), as a NetworkPolicy or a node
+// firewall gone wrong would; the pods still serve. The agent fails
+// static: nothing is withdrawn and no request fails. Needs two workload
+// pods on the node at least (the rule's limit, docs/concepts.md).
+func checkerDropFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faultRecord) error {
+	candidates, perNode := checkerDropCandidates(ctx, w)
 	if len(candidates) == 0 {
-		return errNotNow
+		return errors.New("no agent's node runs two workload pods")
 	}
 	agent := pick(rng, candidates)
 	var n *realnode.Node

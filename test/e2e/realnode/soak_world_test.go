@@ -70,8 +70,9 @@ func (w *soakWorld) pods(ctx context.Context) ([]corev1.Pod, error) {
 // converge waits until the cluster is whole again after a fault: every node
 // and the chart's pods Ready, six workload pods running, each published
 // ready on both ports (and nothing else), and kube-proxy on every node
-// sending to them and to nothing else, its watch live (proxyBarrier). It
-// records how long that took after the heal.
+// sending to them, its watch live (proxyBarrier: so it has applied every
+// slice write before, the withdrawals too). It records how long that took
+// after the heal.
 func (w *soakWorld) converge(ctx context.Context, rec *faultRecord) error {
 	bound := rec.convergeBound
 	if bound == 0 {
