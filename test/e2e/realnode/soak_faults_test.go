@@ -43,8 +43,8 @@ func soakFaults() []soakFault {
 		{"agent-kill", agentKillFault, nil},
 		{"agent-restart", agentRestartFault, nil},
 		{"agent-upgrade", agentUpgradeFault, redundant},
-		{"controller-leader-kill", leaderKillFault, nil},
-		{"apiserver-restart", apiServerRestartFault, nil},
+		{"controller-leader-kill", leaderKillFault, redundant},
+		{"apiserver-restart", apiServerRestartFault, redundant},
 		{"etcd-pause", etcdPauseFault, nil},
 		{"watch-expiry", watchExpiryFault, nil},
 		{"node-power", nodePowerFault, redundant},
@@ -425,11 +425,14 @@ func nodePowerFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faul
 	return errors.Join(werr, perr)
 }
 
-// redundant reports whether both controller replicas are Ready. A node
-// lost takes the replica it runs with it, and only the controller
-// withdraws a lost node's endpoints: with the other replica in kubelet's
-// crash-loop back-off (an earlier fault's, up to five minutes), that is
-// two faults at once, and the soak injects one at a time.
+// redundant reports whether both controller replicas are Ready. The
+// faults that can cost a replica wait for it: the leader killed, a lead
+// lost (the API server restarted, the leader's node cut off), a node lost
+// with the replica it runs. Each restart lengthens kubelet's crash-loop
+// back-off (10 s doubling to five minutes, reset after ten minutes up);
+// with one replica backing off, such a fault is two at once, and the soak
+// injects one at a time. Only the controller withdraws a lost node's
+// endpoints.
 func redundant(ctx context.Context, _ *soakWorld) bool {
 	return chartReady(ctx, false) == nil
 }
