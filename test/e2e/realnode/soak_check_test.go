@@ -36,7 +36,10 @@ import (
 //     NotReady node's endpoints); its port fails by the fault. Every other
 //     withdrawal is false, listed and a violation.
 //  3. Requests fail only within the bound of the fault under way (each
-//     fault says which failures it explains); outside faults, never.
+//     fault says which failures it explains, and a port left with no
+//     ready endpoint explains the failures to it, until soakPropagate
+//     after one is back: invariant 2 judges the withdrawals that emptied
+//     it); outside faults, never.
 //  4. After each fault everything converges within the fault's bound
 //     (soakWorld.converge).
 //  5. The agents and the controller do not grow (soak_resources.go).
@@ -82,6 +85,32 @@ type faultRecord struct {
 	withdrawnAt            map[target]time.Time
 	downNodes              map[string]bool
 	allow                  func(soakFailure) bool
+	// empty are the times a port had no ready endpoint.
+	empty []emptyPort
+}
+
+// emptyPort is a time a port had no ready endpoint: from when the
+// checker saw the last withdrawn until one was back (zero: still none).
+type emptyPort struct {
+	port     string
+	from, to time.Time
+}
+
+// explains reports whether the fault explains failed request f. Called
+// with r.mu held.
+func (r *faultRecord) explains(f soakFailure) bool {
+	if r.allow != nil && r.allow(f) {
+		return true
+	}
+	for _, e := range r.empty {
+		// kube-proxy rejects connections to a Service without endpoints
+		// once it has seen the last one go (its watch may be ahead of
+		// the checker's by a moment), until it has seen one back.
+		if e.port == f.port && !f.at.Before(e.from.Add(-time.Second)) && (e.to.IsZero() || f.at.Before(e.to.Add(soakPropagate))) {
+			return true
+		}
+	}
+	return false
 }
 
 // failTarget records that the fault made t fail its probes at.
@@ -121,7 +150,7 @@ func (r *faultRecord) violations() []string {
 	}
 	unexplained := 0
 	for _, f := range r.failures {
-		if r.allow == nil || !r.allow(f) {
+		if !r.explains(f) {
 			if unexplained < 5 {
 				out = append(out, "failed request the fault does not explain: "+f.String())
 			}
@@ -139,7 +168,7 @@ func (r *faultRecord) summary() string {
 	defer r.mu.Unlock()
 	allowed := 0
 	for _, f := range r.failures {
-		if r.allow != nil && r.allow(f) {
+		if r.explains(f) {
 			allowed++
 		}
 	}
@@ -172,6 +201,8 @@ type soakChecker struct {
 	podNode   map[string]string
 	deleting  map[string]bool
 	nodeReady map[string]bool
+	// emptySince holds the ports without a ready endpoint, since when.
+	emptySince map[string]time.Time
 	// pending are withdrawals to judge once the fault ends.
 	pending []pendingWithdrawal
 	// primarySlices are the exclusive port's slices; suspects the moments
@@ -187,7 +218,8 @@ func startSoakChecker(ctx context.Context, t *testing.T, w *soakWorld) *soakChec
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	c := &soakChecker{w: w, cancel: cancel, slices: map[string]*discoveryv1.EndpointSlice{}, ready: map[target]bool{},
-		podNode: map[string]string{}, deleting: map[string]bool{}, nodeReady: map[string]bool{}, primarySlices: map[string]primaryState{}}
+		podNode: map[string]string{}, deleting: map[string]bool{}, nodeReady: map[string]bool{}, primarySlices: map[string]primaryState{},
+		emptySince: map[string]time.Time{}}
 	informers, err := cache.New(cluster.CP.Config, cache.Options{Scheme: cluster.CP.Scheme, DefaultNamespaces: map[string]cache.Config{w.ns: {}}})
 	if err != nil {
 		t.Fatal(err)
@@ -292,6 +324,42 @@ func (c *soakChecker) onSlice(obj any, deleted bool) {
 		}
 	}
 	c.ready = ready
+	c.trackEmpty(now)
+}
+
+// trackEmpty records, on the fault under way, when a port is left with no
+// ready endpoint and when one is back. Called with c.mu held.
+func (c *soakChecker) trackEmpty(now time.Time) {
+	for _, p := range soakPorts {
+		empty := true
+		for t := range c.ready {
+			if t.port == p.name {
+				empty = false
+				break
+			}
+		}
+		_, was := c.emptySince[p.name]
+		switch {
+		case empty && !was:
+			c.emptySince[p.name] = now
+			if c.cur != nil {
+				c.cur.mu.Lock()
+				c.cur.empty = append(c.cur.empty, emptyPort{port: p.name, from: now})
+				c.cur.mu.Unlock()
+			}
+		case !empty && was:
+			delete(c.emptySince, p.name)
+			if c.cur != nil {
+				c.cur.mu.Lock()
+				for i := range c.cur.empty {
+					if e := &c.cur.empty[i]; e.port == p.name && e.to.IsZero() {
+						e.to = now
+					}
+				}
+				c.cur.mu.Unlock()
+			}
+		}
+	}
 }
 
 // onPrimarySlice checks invariant 7: the exclusive port never has two
