@@ -140,8 +140,8 @@ e2e: build ## End-to-end suite: upstream kube-proxy (nftables, then iptables) ca
 
 # Real kubelets, containerd and runc run the chart with the images of
 # make images (docs/real-nodes.md); everything inside hack/netns.sh.
-# REALNODE_SOAK runs the soak (TestSoak) that long inside the suite, after
-# the suite's other scenarios (SOAK_SEED replays its draws there).
+# REALNODE_SOAK runs the soak (TestSoak) that long inside the suite, in its
+# file order among the other scenarios (SOAK_SEED replays its draws there).
 REALNODE_SOAK ?=
 .PHONY: realnode
 realnode: images ## Real-node suite: the release pushed to a registry, the chart installed from it on real kubelet nodes under traffic (install, upgrade, failover, rollout, node failure); REALNODE_SOAK=4m adds a short soak.
