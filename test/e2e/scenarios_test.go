@@ -374,6 +374,33 @@ func TestNodeUnreachable(t *testing.T) {
 	f.converge(start, ex("all three, from node-1", from1, 100, want...))
 
 	lost := n[2]
+	// The machine comes back: network, heartbeats, a Ready status, then its
+	// kube-proxy and agent, as after a reboot. A failed step below still
+	// brings it back, for the scenarios after this one.
+	restored := false
+	restore := func() error {
+		restored = true
+		if err := lost.Plug(); err != nil {
+			return err
+		}
+		if err := lost.StartHeartbeat(); err != nil {
+			return err
+		}
+		if _, err := harness.SetNodeReady(f.ctx, f.c(), lost.Name, corev1.ConditionTrue); err != nil {
+			return err
+		}
+		if err := lost.StartProxy(); err != nil {
+			return err
+		}
+		return lost.StartAgent(f.ctx)
+	}
+	t.Cleanup(func() {
+		if !restored {
+			if err := restore(); err != nil {
+				t.Errorf("bringing %s back after a failed step: %v", lost.Name, err)
+			}
+		}
+	})
 	if err := lost.Unplug(); err != nil {
 		t.Fatal(err)
 	}
@@ -423,21 +450,7 @@ func TestNodeUnreachable(t *testing.T) {
 		ex("node-3 unreachable: from node-1", from1, 100, "nu-1", "nu-2"),
 		ex("node-3 unreachable: from node-2", from2, 100, "nu-1", "nu-2"))
 
-	// The machine comes back: network, heartbeats, a Ready status, then its
-	// kube-proxy and agent, as after a reboot.
-	if err := lost.Plug(); err != nil {
-		t.Fatal(err)
-	}
-	if err := lost.StartHeartbeat(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := harness.SetNodeReady(f.ctx, f.c(), lost.Name, corev1.ConditionTrue); err != nil {
-		t.Fatal(err)
-	}
-	if err := lost.StartProxy(); err != nil {
-		t.Fatal(err)
-	}
-	if err := lost.StartAgent(f.ctx); err != nil {
+	if err := restore(); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()

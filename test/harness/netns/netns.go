@@ -28,6 +28,8 @@ type Namespace struct {
 	fd   int
 	// Inode identifies the namespace in /proc/*/ns/net.
 	Inode uint64
+	// ports are the source ports DialContext's TCP clients take.
+	ports sourcePorts
 }
 
 // currentNetNS opens the network namespace of the calling thread.
@@ -185,11 +187,33 @@ func (ns *Namespace) Listen(addr string) (net.Listener, error) {
 // (three SYNs) even without a deadline in ctx: http.Transport finishes the
 // dials of requests that timed out in the background, and a socket still
 // sending SYNs to an address that drops them would keep the namespace alive.
+// A TCP dial takes its source port from sourcePorts (see there why).
 func (ns *Namespace) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if !strings.HasPrefix(network, "tcp") {
+		return ns.dial(ctx, &net.Dialer{Timeout: dialTimeout}, network, addr)
+	}
+	for attempt := 0; ; attempt++ {
+		port := ns.ports.pick(time.Now())
+		d := &net.Dialer{Timeout: dialTimeout, LocalAddr: &net.TCPAddr{Port: port}}
+		conn, err := ns.dial(ctx, d, network, addr)
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 100 {
+			continue // another socket of the namespace holds the port
+		}
+		if err != nil {
+			ns.ports.fail(port, time.Now())
+		}
+		return conn, err
+	}
+}
+
+// dialTimeout lets a dial send three SYNs (at 0, 1 and 3 s).
+const dialTimeout = 4 * time.Second
+
+func (ns *Namespace) dial(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
 	var conn net.Conn
 	err := ns.Do(func() error {
 		var err error
-		conn, err = (&net.Dialer{Timeout: 4 * time.Second}).DialContext(ctx, network, addr)
+		conn, err = d.DialContext(ctx, network, addr)
 		return err
 	})
 	return conn, err
