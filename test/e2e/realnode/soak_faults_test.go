@@ -413,16 +413,11 @@ func nodePowerFault(ctx context.Context, w *soakWorld, rng *rand.Rand, rec *faul
 	}
 	until = time.Now().Add(soakPropagate)
 	rec.detail += fmt.Sprintf("; withdrawn and out of kube-proxy %s after the power cut", until.Sub(off).Round(100*time.Millisecond))
-	addrs := make([]string, 0, len(lost))
-	for _, p := range lost {
-		addrs = append(addrs, p.Status.PodIP)
-	}
-	perr := forgetFlows(addrs)
 	time.Sleep(hold)
 	if err := n.PowerOn(); err != nil {
-		return errors.Join(werr, perr, err)
+		return errors.Join(werr, err)
 	}
-	return errors.Join(werr, perr)
+	return werr
 }
 
 // redundant reports whether both controller replicas are Ready. The

@@ -222,26 +222,6 @@ func readyPerPort(ctx context.Context, ns, name string) (map[string]map[string]s
 	return out, nil
 }
 
-// forgetFlows deletes, on every node, the conntrack entries of TCP flows
-// to the pods at addrs (once they are dead and out of every kube-proxy's
-// rules). Requests sent to a pod that then died leave entries DNATed to
-// it in SYN_SENT for 120 s, which kube-proxy does not remove (it flushes
-// UDP flows only): a later connection from a client that reuses such a
-// source port would follow it to the dead pod and time out.
-func forgetFlows(addrs []string) error {
-	var errs []error
-	for _, n := range cluster.Nodes {
-		for _, a := range addrs {
-			out, err := n.NS.Output("conntrack", "-D", "-p", "tcp", "--reply-src", a)
-			// It exits 1 when no entry matched.
-			if err != nil && !strings.Contains(out, "0 flow entries have been deleted") {
-				errs = append(errs, fmt.Errorf("%s: conntrack -D --reply-src %s: %w: %s", n.Name, a, err, out))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // cleanUp deletes the resources and the workload and checks that nothing
 // of them is left: no Service, no slice, no Lease, no pod.
 func (w *soakWorld) cleanUp(ctx context.Context) error {
