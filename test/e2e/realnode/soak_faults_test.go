@@ -106,11 +106,13 @@ func rolloutFault(ctx context.Context, w *soakWorld, _ *rand.Rand, rec *faultRec
 	if err := cluster.CP.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: "soak"}, &d); err != nil {
 		return err
 	}
+	// A patch: the deployment controller may write the status meanwhile.
+	before := d.DeepCopy()
 	if d.Spec.Template.Annotations == nil {
 		d.Spec.Template.Annotations = map[string]string{}
 	}
 	d.Spec.Template.Annotations["soak/rollout"] = strconv.Itoa(rec.seq)
-	if err := cluster.CP.Client.Update(ctx, &d); err != nil {
+	if err := cluster.CP.Client.Patch(ctx, &d, client.MergeFrom(before)); err != nil {
 		return err
 	}
 	rec.detail = "rolling update of 6 pods"

@@ -83,8 +83,9 @@ func rollOut(ctx context.Context, t *testing.T, ns, name string, gate bool) (e2e
 	if err := cluster.CP.Client.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
 		t.Fatal(err)
 	}
+	before := d.DeepCopy() // a patch: the deployment controller writes the status
 	d.Spec.Template.Annotations = map[string]string{"rollout": "1"}
-	if err := cluster.CP.Client.Update(ctx, d); err != nil {
+	if err := cluster.CP.Client.Patch(ctx, d, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
 	var newPods []corev1.Pod

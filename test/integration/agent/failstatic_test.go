@@ -171,8 +171,11 @@ func TestFailStaticWrongSecret(t *testing.T) {
 		if err := controlPlane.Client.Get(context.Background(), key, swh); err != nil {
 			t.Fatal(err)
 		}
+		// A patch, not an update: the agent writes the resource's status
+		// meanwhile, and an update from the read would conflict with it.
+		before := swh.DeepCopy()
 		swh.Spec.Healthcheck.Probes[0].PostgreSQL.AuthSecretName = name
-		if err := controlPlane.Client.Update(context.Background(), swh); err != nil {
+		if err := controlPlane.Client.Patch(context.Background(), swh, client.MergeFrom(before)); err != nil {
 			t.Fatal(err)
 		}
 	}
