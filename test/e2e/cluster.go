@@ -168,9 +168,9 @@ func StartCluster(ctx context.Context, mode string) (c *Cluster, err error) {
 			return nil, fmt.Errorf("%w: %s not in %s (make e2e builds it)", harness.ErrMissingDependency, name, bin)
 		}
 	}
-	for _, tool := range []string{"ip", "nft", "iptables"} {
+	for _, tool := range []string{"ip", "nft", "iptables", "conntrack"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%w: %s (Debian: nftables iptables iproute2)", harness.ErrMissingDependency, tool)
+			return nil, fmt.Errorf("%w: %s (Debian: nftables iptables iproute2 conntrack)", harness.ErrMissingDependency, tool)
 		}
 	}
 	dir, err := os.MkdirTemp("", "swh-e2e-")

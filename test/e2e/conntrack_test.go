@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strings"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
@@ -13,14 +14,14 @@ import (
 	"github.com/swh-dev/swh/test/harness"
 )
 
-// 12. Why the suites' clients hold back a source port whose dial failed
-// (netns.Namespace.DialContext): a SYN that a dead pod never answered
-// leaves a SYN_SENT conntrack entry on the client's node, and kube-proxy
-// removes no TCP entry when the endpoint goes. A new connection from the
-// same source port follows that entry to the dead pod long after our
-// withdrawal is in every rule; one from another port reaches the live pod.
-// Should kube-proxy ever clear such entries, this fails, and the hold-back
-// can go.
+// 12. Why the suites' clients hold back a source port whose connection
+// failed (netns.Namespace.DialContext): a SYN that a dead pod never
+// answered leaves a SYN_SENT conntrack entry on the client's node, and
+// kube-proxy removes no TCP entry when the endpoint goes. A new connection
+// from the same source port follows that entry to the dead pod long after
+// our withdrawal is in every rule; one from another port reaches the live
+// pod. Should kube-proxy ever clear such entries, this fails, and the
+// hold-back can go.
 func TestStaleSYNSentEntry(t *testing.T) {
 	f := newFixture(t, "12 stale SYN_SENT entry")
 	node := cluster.Nodes[0]
@@ -31,27 +32,50 @@ func TestStaleSYNSentEntry(t *testing.T) {
 	svc := f.swh("ss", "ss", nil, webPort, httpProbe(intstr.FromInt32(8080)))
 	f.converge(start, ex("only ss-dead", HTTPGet(node.Client.NS, webURL(svc)), 20, "ss-dead"))
 
-	// The pod stops answering, as on a machine that lost power.
+	// The pod stops answering, as on a machine that lost power, and a
+	// client's dial to it fails.
 	if err := dead.NS.Run("nft", "add table inet ss; add chain inet ss in { type filter hook input priority 0; }; add rule inet ss in tcp dport 8080 drop"); err != nil {
 		t.Fatal(err)
 	}
-	const stalePort, freshPort = 40000, 40001 // outside the dialer's range
 	vip := hostPort(svc.Spec.ClusterIP, 80)
-	if err := dialFrom(f.ctx, node, stalePort, vip); err == nil {
+	if conn, err := node.Client.NS.DialContext(f.ctx, "tcp", vip); err == nil {
+		_ = conn.Close()
 		t.Fatal("a dial to a pod that drops every packet succeeded")
+	}
+	stalePort := f.unansweredPort(node, svc.Spec.ClusterIP, dead.IP)
+	if !node.Client.NS.SourcePortHeld(stalePort) {
+		t.Errorf("the dialer does not hold back port %d, whose dial failed", stalePort)
 	}
 
 	liveServer.SetFailed(false)
-	f.waitRules(node, func(rules string) bool { return strings.Contains(rules, live.IP) && !strings.Contains(rules, dead.IP) })
+	f.waitRules(node, func(rules string) bool { return containsIP(rules, live.IP) && !containsIP(rules, dead.IP) })
 	err := dialFrom(f.ctx, node, stalePort, vip)
-	if err == nil {
-		t.Fatalf("a connection from port %d reached a pod after ss-dead left %s's rules: kube-proxy now clears SYN_SENT entries, and the dialer's hold-back is no longer needed", stalePort, node.Name)
+	var nerr net.Error
+	if !errors.As(err, &nerr) || !nerr.Timeout() {
+		t.Fatalf("from port %d after ss-dead left %s's rules: want a timeout (the stale entry to ss-dead), got %v; if kube-proxy now clears SYN_SENT entries, the dialer's hold-back is no longer needed", stalePort, node.Name, err)
 	}
 	t.Logf("from port %d, the port of the unanswered dial: %v", stalePort, err)
+	const freshPort = 9999 // below the dialer's range: never used
 	if err := dialFrom(f.ctx, node, freshPort, vip); err != nil {
 		t.Fatalf("from port %d, never used: %v", freshPort, err)
 	}
 	f.converge(time.Now(), ex("the suite's clients: only ss-live", HTTPGet(node.Client.NS, webURL(svc)), 100, "ss-live"))
+}
+
+// unansweredPort finds, in node's conntrack table, the source port of the
+// one unanswered connection to the Service ip that kube-proxy sent to pod.
+func (f *fixture) unansweredPort(node *Node, ip, pod string) int {
+	f.t.Helper()
+	out, err := node.NS.Output("conntrack", "-L", "-p", "tcp", "--state", "SYN_SENT", "-d", ip, "--reply-src", pod)
+	if err != nil {
+		f.t.Fatalf("conntrack: %v: %s", err, out)
+	}
+	ports := regexp.MustCompile(`SYN_SENT src=\S+ dst=\S+ sport=(\d+)`).FindAllStringSubmatch(out, -1)
+	if len(ports) != 1 {
+		f.t.Fatalf("want one SYN_SENT entry to %s through %s on %s, got:\n%s", pod, ip, node.Name, out)
+	}
+	port, _ := strconv.Atoi(ports[0][1])
+	return port
 }
 
 // dialFrom connects from node's client namespace to addr from the source
@@ -80,4 +104,10 @@ func (f *fixture) waitRules(node *Node, ok func(rules string) bool) {
 		}
 		return nil
 	})
+}
+
+// containsIP reports whether text names ip, not merely an address that
+// starts with it (10.0.0.1 in 10.0.0.12).
+func containsIP(text, ip string) bool {
+	return regexp.MustCompile(regexp.QuoteMeta(ip) + `($|[^0-9])`).MatchString(text)
 }

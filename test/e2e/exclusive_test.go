@@ -142,10 +142,13 @@ func TestExclusiveWritePort(t *testing.T) {
 	n[1].Agent.Kill()
 	agentBack := false
 	t.Cleanup(func() { // a failed step leaves the scenarios after this one an agent
-		if !agentBack {
-			if err := n[1].StartAgent(f.ctx); err != nil {
-				t.Errorf("restarting %s's agent after a failed step: %v", n[1].Name, err)
-			}
+		if agentBack {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := n[1].StartAgent(ctx); err != nil {
+			t.Errorf("restarting %s's agent after a failed step: %v", n[1].Name, err)
 		}
 	})
 	start = time.Now()

@@ -374,39 +374,45 @@ func TestNodeUnreachable(t *testing.T) {
 	f.converge(start, ex("all three, from node-1", from1, 100, want...))
 
 	lost := n[2]
-	// The machine comes back: network, heartbeats, a Ready status, then its
-	// kube-proxy and agent, as after a reboot. A failed step below still
-	// brings it back, for the scenarios after this one.
-	restored := false
-	restore := func() error {
-		restored = true
-		if err := lost.Plug(); err != nil {
-			return err
-		}
-		if err := lost.StartHeartbeat(); err != nil {
-			return err
-		}
-		if _, err := harness.SetNodeReady(f.ctx, f.c(), lost.Name, corev1.ConditionTrue); err != nil {
-			return err
-		}
-		if err := lost.StartProxy(); err != nil {
-			return err
-		}
-		return lost.StartAgent(f.ctx)
-	}
-	t.Cleanup(func() {
-		if !restored {
-			if err := restore(); err != nil {
-				t.Errorf("bringing %s back after a failed step: %v", lost.Name, err)
-			}
-		}
-	})
 	if err := lost.Unplug(); err != nil {
 		t.Fatal(err)
 	}
 	lost.StopHeartbeat()
 	lost.Agent.Kill()
 	lost.Proxy.Kill()
+	// The machine comes back: network, heartbeats, a Ready status, then its
+	// kube-proxy and agent, as after a reboot. After a failed step, the
+	// cleanup finishes the steps not done, for the scenarios after this one.
+	back := []func(context.Context) error{
+		func(context.Context) error { return lost.Plug() },
+		func(context.Context) error { return lost.StartHeartbeat() },
+		func(ctx context.Context) error {
+			_, err := harness.SetNodeReady(ctx, f.c(), lost.Name, corev1.ConditionTrue)
+			return err
+		},
+		func(context.Context) error { return lost.StartProxy() },
+		func(ctx context.Context) error { return lost.StartAgent(ctx) },
+	}
+	restore := func(ctx context.Context) error {
+		for len(back) > 0 {
+			if err := back[0](ctx); err != nil {
+				return err
+			}
+			back = back[1:]
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		if len(back) == 0 {
+			return
+		}
+		// The fixture's context may be what ran out.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := restore(ctx); err != nil {
+			t.Errorf("bringing %s back after a failed step: %v", lost.Name, err)
+		}
+	})
 	start = time.Now()
 	// When the node lifecycle controller changed the condition: its
 	// lastTransitionTime (whole seconds, so up to 1 s early) and when this
@@ -450,7 +456,7 @@ func TestNodeUnreachable(t *testing.T) {
 		ex("node-3 unreachable: from node-1", from1, 100, "nu-1", "nu-2"),
 		ex("node-3 unreachable: from node-2", from2, 100, "nu-1", "nu-2"))
 
-	if err := restore(); err != nil {
+	if err := restore(f.ctx); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()

@@ -38,9 +38,10 @@ func TestNodeFailure(t *testing.T) {
 		t.Fatalf("no pod on %s: %v", victim.Name, podNames(s.pods))
 	}
 	// Requests sent while the lost pod is still published leave conntrack
-	// entries DNATed to it in SYN_SENT, which kube-proxy does not remove;
-	// the clients' dialer never reuses those source ports (netns), so the
-	// figure after convergence is about our endpoints, not the kernel's.
+	// entries DNATed to it, which kube-proxy does not remove; the clients'
+	// dialer holds back the source ports of failed connections for 5 min
+	// (netns), so the figure after convergence is about our endpoints, not
+	// about the kernel's reuse of ports.
 	clients := cluster.Nodes[:len(cluster.Nodes)-1]
 	var ls loops
 	for _, n := range clients {

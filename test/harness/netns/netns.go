@@ -187,37 +187,43 @@ func (ns *Namespace) Listen(addr string) (net.Listener, error) {
 // (three SYNs) even without a deadline in ctx: http.Transport finishes the
 // dials of requests that timed out in the background, and a socket still
 // sending SYNs to an address that drops them would keep the namespace alive.
-// A TCP dial takes its source port from sourcePorts (see there why).
+// A TCP dial binds a source port from sourcePorts, which holds back the
+// ports of failed connections (see there why); addr should be an address,
+// since the dials to every address a name resolves to share the port.
 func (ns *Namespace) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	if !strings.HasPrefix(network, "tcp") {
-		return ns.dial(ctx, &net.Dialer{Timeout: dialTimeout}, network, addr)
-	}
-	for attempt := 0; ; attempt++ {
-		port := ns.ports.pick(time.Now())
-		d := &net.Dialer{Timeout: dialTimeout, LocalAddr: &net.TCPAddr{Port: port}}
-		conn, err := ns.dial(ctx, d, network, addr)
-		if errors.Is(err, syscall.EADDRINUSE) && attempt < 100 {
-			continue // another socket of the namespace holds the port
+	var conn net.Conn
+	err := ns.Do(func() error {
+		if !strings.HasPrefix(network, "tcp") {
+			var err error
+			conn, err = (&net.Dialer{Timeout: dialTimeout}).DialContext(ctx, network, addr)
+			return err
 		}
-		if err != nil {
-			ns.ports.fail(port, time.Now())
+		for attempt := 1; ; attempt++ {
+			port := ns.ports.pick(time.Now())
+			d := &net.Dialer{Timeout: dialTimeout, LocalAddr: &net.TCPAddr{Port: port}}
+			c, err := d.DialContext(ctx, network, addr)
+			if errors.Is(err, syscall.EADDRINUSE) && attempt < bindAttempts {
+				continue // another socket holds the port
+			}
+			if leavesFlow(err) {
+				ns.ports.fail(port, time.Now())
+			}
+			if err != nil {
+				return err
+			}
+			conn = &trackedConn{Conn: c, port: port, ports: &ns.ports}
+			return nil
 		}
-		return conn, err
-	}
+	})
+	return conn, err
 }
 
 // dialTimeout lets a dial send three SYNs (at 0, 1 and 3 s).
 const dialTimeout = 4 * time.Second
 
-func (ns *Namespace) dial(ctx context.Context, d *net.Dialer, network, addr string) (net.Conn, error) {
-	var conn net.Conn
-	err := ns.Do(func() error {
-		var err error
-		conn, err = d.DialContext(ctx, network, addr)
-		return err
-	})
-	return conn, err
-}
+// SourcePortHeld reports whether DialContext holds back port, because a
+// connection from it failed within the last few minutes.
+func (ns *Namespace) SourcePortHeld(port int) bool { return ns.ports.held(port, time.Now()) }
 
 // Sockets lists the TCP sockets left in the namespace, but those in
 // TIME-WAIT: any other keeps the namespace alive after its descriptor is
