@@ -305,10 +305,21 @@ func etcdPauseFault(_ context.Context, _ *soakWorld, rng *rand.Rand, rec *faultR
 // from versions that no longer exist, are told 410 Gone and relist; the
 // others resume from the watch cache. Nothing is withdrawn and no request
 // fails.
-func watchExpiryFault(ctx context.Context, _ *soakWorld, _ *rand.Rand, rec *faultRecord) error {
+func watchExpiryFault(ctx context.Context, w *soakWorld, _ *rand.Rand, rec *faultRecord) error {
 	before, err := sliceRelists(ctx)
 	if err != nil {
 		return err
+	}
+	// A write of the soak's own first: a watch that saw the newest write
+	// would resume at the compacted revision itself, which is valid, and
+	// not relist (seed 44: 2 relists of 3).
+	bump := &corev1.ConfigMap{Data: map[string]string{"fault": strconv.Itoa(rec.seq)}}
+	bump.Namespace, bump.Name = w.ns, "soak-watch-expiry"
+	if err := cluster.CP.Client.Create(ctx, bump); err != nil {
+		bump.ResourceVersion = "" // an unconditional update
+		if err := cluster.CP.Client.Update(ctx, bump); err != nil {
+			return fmt.Errorf("writing before the compaction: %w", err)
+		}
 	}
 	rev, err := cluster.CP.CompactEtcd(ctx)
 	if err != nil {
