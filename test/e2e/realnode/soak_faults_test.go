@@ -15,6 +15,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -315,11 +316,13 @@ func watchExpiryFault(ctx context.Context, w *soakWorld, _ *rand.Rand, rec *faul
 	// not relist (seed 44: 2 relists of 3).
 	bump := &corev1.ConfigMap{Data: map[string]string{"fault": strconv.Itoa(rec.seq)}}
 	bump.Namespace, bump.Name = w.ns, "soak-watch-expiry"
-	if err := cluster.CP.Client.Create(ctx, bump); err != nil {
+	err = cluster.CP.Client.Create(ctx, bump)
+	if apierrors.IsAlreadyExists(err) {
 		bump.ResourceVersion = "" // an unconditional update
-		if err := cluster.CP.Client.Update(ctx, bump); err != nil {
-			return fmt.Errorf("writing before the compaction: %w", err)
-		}
+		err = cluster.CP.Client.Update(ctx, bump)
+	}
+	if err != nil {
+		return fmt.Errorf("writing before the compaction: %w", err)
 	}
 	rev, err := cluster.CP.CompactEtcd(ctx)
 	if err != nil {
